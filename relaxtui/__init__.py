@@ -1,0 +1,2 @@
+"""relaxtui: training-free relaxed speculative decoding on llama.cpp."""
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The speculative loop, drafters, acceptance step, events and metrics."""

@@ -1,0 +1,100 @@
+"""Step 3 and 4 of a speculative round (SPEC §2): accept a prefix of the draft, then resample or bonus.
+
+Pure: arrays and a generator in, a list of emitted tokens with their provenance out. The loop owns the
+models; this owns the maths, so it can be tested on hand-made distributions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from relaxtui.decoding.events import Verdict
+from relaxtui.decoding.sampling import SamplingParams, process, sample, softmax
+from relaxtui.rules.base import Rule, residual
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    token_id: int
+    verdict: Verdict
+    draft_position: int
+    p_x: float
+    q_x: float | None
+    pi_x: float
+    accept_prob: float | None
+    statistic: tuple[tuple[str, float], ...]
+    rejected_token: int | None = None
+    p_row: np.ndarray | None = None  # the distributions behind the token, for top-alternative lookups
+    q_row: np.ndarray | None = None
+
+
+def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits: np.ndarray | None,
+                 target_logits: np.ndarray, rule: Rule, sampling: SamplingParams, rng: np.random.Generator,
+                 bonus_draft: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None) -> list[Emitted]:
+    """Emit 1..N+1 tokens for one round.
+
+    draft_probs: [N, vocab] processed q_i; draft_logits: [N, vocab] raw drafter logits (or None);
+    target_logits: [N+1, vocab] raw verifier logits of the batch [last, x_1..x_N].
+    bonus_draft: for rules with a relaxed bonus, returns (q, logits_q) at position N+1 (one drafter step).
+    """
+    num_draft = len(draft_tokens)
+    assert target_logits.shape[0] == num_draft + 1, "verifier rows must be N+1"
+    if sampling.greedy:
+        return _accept_greedy(draft_tokens, draft_logits, target_logits)
+    emitted: list[Emitted] = []
+    for i, x in enumerate(draft_tokens):
+        p = process(target_logits[i], sampling)
+        q = draft_probs[i]
+        logits_q = draft_logits[i] if draft_logits is not None else None
+        decision = rule.decide(p, q, x, logits_p=target_logits[i], logits_q=logits_q)
+        # uniform in [0, 1) as float64: u < 1 always accepts an accept_prob of 1, never one of 0.
+        if rng.random() < decision.accept_prob:
+            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x]), float(q[x]), float(decision.pi_rej[x]),
+                                   decision.accept_prob, decision.statistic, p_row=p, q_row=q))
+            continue
+        y = sample(residual(decision.pi_res, q) if rule.subtract_draft else decision.pi_res, rng)
+        emitted.append(Emitted(y, Verdict.RESAMPLED, i + 1, float(p[y]), float(q[y]), float(decision.pi_res[y]),
+                               decision.accept_prob, decision.statistic, rejected_token=x, p_row=p, q_row=q))
+        return emitted
+    p = process(target_logits[num_draft], sampling)
+    q_next, logits_q_next = (None, None)
+    if rule.relaxed_bonus and bonus_draft is not None:
+        q_next, logits_q_next = bonus_draft()
+    pi_bonus = rule.bonus(p, q_next, logits_p=target_logits[num_draft], logits_q=logits_q_next)
+    y = sample(pi_bonus, rng)
+    verdict = Verdict.BONUS if num_draft else Verdict.VERIFIER
+    q_y = float(q_next[y]) if q_next is not None else None
+    emitted.append(Emitted(y, verdict, num_draft + 1 if num_draft else 0, float(p[y]), q_y,
+                           float(pi_bonus[y]), None, (), p_row=p, q_row=q_next))
+    return emitted
+
+
+def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,
+                   target_logits: np.ndarray) -> list[Emitted]:
+    """Temperature 0: exact argmax matching for every rule (SPEC §2); probabilities reported at T=1."""
+    emitted: list[Emitted] = []
+    for i, x in enumerate(draft_tokens):
+        target = int(np.argmax(target_logits[i]))
+        p = softmax(target_logits[i])
+        q = softmax(draft_logits[i]) if draft_logits is not None else None
+        if x == target:
+            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x]), _prob(q, x), 1.0, 1.0,
+                                   (("accept_prob", 1.0),), p_row=p, q_row=q))
+            continue
+        emitted.append(Emitted(target, Verdict.RESAMPLED, i + 1, float(p[target]), _prob(q, target), 1.0, 0.0,
+                               (("accept_prob", 0.0),), rejected_token=x, p_row=p, q_row=q))
+        return emitted
+    last = target_logits[len(draft_tokens)]
+    target = int(np.argmax(last))
+    p = softmax(last)
+    verdict = Verdict.BONUS if draft_tokens else Verdict.VERIFIER
+    emitted.append(Emitted(target, verdict, len(draft_tokens) + 1 if draft_tokens else 0, float(p[target]), None,
+                           1.0, None, (), p_row=p))
+    return emitted
+
+
+def _prob(row: np.ndarray | None, token: int) -> float | None:
+    return float(row[token]) if row is not None else None

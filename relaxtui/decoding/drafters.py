@@ -1,0 +1,111 @@
+"""Drafters: small things that propose the next N tokens with their probabilities q.
+
+A drafter's lifecycle follows llama.cpp's common/speculative.h: ``begin(prompt)`` → ``draft(context, n)``
+per round. The model drafter keeps its own KV cache and re-synchronises by common prefix with the context
+it is given, so it never needs to be told which drafts were accepted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.sampling import SamplingParams, process, sample
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: list[int]
+    probs: np.ndarray  # [n, target vocab] processed q_i
+    logits: np.ndarray | None  # [n, target vocab] raw drafter logits, None for non-model drafters
+    seconds: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Drafter(Protocol):
+    kind: str
+
+    def begin(self, prompt: Sequence[int]) -> None: ...
+    def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
+              rng: np.random.Generator) -> Draft: ...
+    def next_distribution(self, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class ModelDrafter:
+    """A GGUF LM sharing the verifier's vocabulary (checked before use by ``check_vocab``)."""
+
+    kind = "model"
+
+    def __init__(self, model: Backend, target_vocab: int) -> None:
+        self.model = model
+        self.target_vocab = target_vocab
+        self._last_draft: list[int] = []
+        self._last_context: list[int] = []
+        self._cached: list[int] = []  # tokens in the drafter's KV cache
+
+    def _fit(self, logits: np.ndarray) -> np.ndarray:
+        """Drafter and verifier vocabularies may differ by ≤128 padding entries: pad or cut to the target's,
+        with -inf so padded ids are never proposed."""
+        size = logits.shape[-1]
+        if size == self.target_vocab:
+            return logits
+        if size > self.target_vocab:
+            return logits[..., : self.target_vocab]
+        pad = np.full(logits.shape[:-1] + (self.target_vocab - size,), -np.inf, dtype=logits.dtype)
+        return np.concatenate([logits, pad], axis=-1)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.model.reset()
+        if len(prompt) > 1:
+            self.model.decode(list(prompt[:-1]))
+        self._cached = list(prompt[:-1])
+
+    def _sync(self, context: Sequence[int]) -> np.ndarray:
+        """Roll back to the common prefix, decode the rest of the context, return the last logits row."""
+        keep = min(_common_prefix(self._cached, context), len(context) - 1)
+        self.model.rollback(keep)
+        del self._cached[keep:]
+        logits = self.model.decode(list(context[keep:]), logits_rows=[-1])[0]
+        self._cached.extend(context[keep:])
+        return self._fit(logits)
+
+    def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
+              rng: np.random.Generator) -> Draft:
+        started = time.perf_counter()
+        room = self.model.n_ctx - len(context)
+        n = max(0, min(n, room))
+        tokens: list[int] = []
+        probs, raw = [], []
+        if n > 0:
+            logits = self._sync(context)
+            for i in range(n):
+                q = process(logits, sampling)
+                x = sample(q, rng)
+                tokens.append(x)
+                probs.append(q)
+                raw.append(logits)
+                if i + 1 < n:
+                    logits = self._fit(self.model.decode([x], logits_rows=[0])[0])
+                    self._cached.append(x)
+        self._last_context, self._last_draft = list(context), tokens
+        empty = np.empty((0, self.target_vocab))
+        return Draft(tokens, np.stack(probs) if probs else empty, np.stack(raw) if raw else empty,
+                     time.perf_counter() - started)
+
+    def next_distribution(self, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        """q and raw logits one step past the last full draft (the relaxed-bonus rules need it)."""
+        logits = self._sync([*self._last_context, *self._last_draft])
+        return process(logits, sampling), logits

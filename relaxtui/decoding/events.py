@@ -1,0 +1,126 @@
+"""The immutable event stream every face consumes (chat TUI, eval runner, benchmarks).
+
+Vocabulary (as in vLLM's rejection sampler): each verifier batch is a *round*. Of the N *drafted* tokens a
+prefix is *accepted*; the first rejection emits a *resampled* token from the residual; when all N are
+accepted a *bonus* token comes from the verifier's last row. Output per round = accepted + (resampled or
+bonus). Without a drafter every token is *verifier*-only, through the same code path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Verdict(str, Enum):
+    ACCEPTED = "accepted"
+    RESAMPLED = "resampled"
+    BONUS = "bonus"
+    VERIFIER = "verifier"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTiming:
+    """Wall seconds of one round's phases; ``llama_s`` is the part spent inside llama_decode."""
+
+    index: int
+    n_drafted: int
+    n_accepted: int
+    draft_s: float
+    verify_s: float
+    accept_s: float
+    llama_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.draft_s + self.verify_s + self.accept_s
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One emitted token and why it was emitted.
+
+    ``p_x``/``q_x``/``pi_x`` are the processed verifier, drafter and rule-target probabilities of the
+    emitted token (raw softmax at greedy); ``accept_prob`` is min(1, π_rej(x)/q(x)) for drafted tokens.
+    For a resampled token, ``rejected_token`` is the draft it replaced and ``draft_position`` where it stood.
+    """
+
+    index: int
+    token_id: int
+    text: str
+    verdict: Verdict
+    draft_position: int  # 1..N for drafted/resampled, N+1 for bonus, 0 for verifier-only
+    p_x: float
+    q_x: float | None
+    pi_x: float
+    accept_prob: float | None
+    statistic: tuple[tuple[str, float], ...]
+    rejected_token: int | None
+    round: RoundTiming
+    top_p: tuple[tuple[int, float], ...] = ()  # top alternatives of p, filled when asked for
+    top_q: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """SPEC §3 metrics of one generation."""
+
+    prompt_tokens: int
+    output_tokens: int
+    rounds: int
+    drafted: int
+    accepted: int
+    per_position_reached: tuple[int, ...]
+    per_position_accepted: tuple[int, ...]
+    prefill_s: float
+    decode_s: float
+    draft_s: float
+    verify_s: float
+    llama_s: float
+    truncated: bool
+    finish_reason: str  # "eog", "max_tokens", "context", "stopped"
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def l_accept(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return 1.0 + self.l_accept
+
+    @property
+    def per_position_acceptance(self) -> tuple[float, ...]:
+        pairs = zip(self.per_position_accepted, self.per_position_reached, strict=True)
+        return tuple(a / r if r else 0.0 for a, r in pairs)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def python_share(self) -> float:
+        """Share of decode time spent outside llama_decode (Python, numpy, ctypes)."""
+        return max(0.0, 1.0 - self.llama_s / self.decode_s) if self.decode_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        names = ("acceptance_rate", "l_accept", "mean_accepted_length", "per_position_acceptance",
+                 "tokens_per_s", "python_share")
+        data: dict[str, object] = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        data.update({name: getattr(self, name) for name in names})
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """Last event of a stream: the full text and the metrics."""
+
+    text: str
+    metrics: Metrics
+    token_ids: tuple[int, ...] = field(repr=False, default=())
+
+
+Event = TokenEvent | Finished

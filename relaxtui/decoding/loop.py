@@ -1,0 +1,188 @@
+"""The speculative loop: one verifier batch per round, emitting immutable events (SPEC §2, Algorithm 2).
+
+It reads like llama.cpp's speculative-simple: draft → verify [last, x_1..x_N] in one batch → accept →
+commit counters → trim the verifier's KV cache → stop check. One invariant, stated once: the last emitted
+token is kept *separate*; it is not in the verifier's cache until the next verify batch decodes it.
+Without a drafter (or N = 0) every round is a one-token batch: the autoregressive baseline runs the same
+code, so baseline and speculative numbers are comparable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from relaxtui.decoding.acceptance import Emitted, accept_round
+from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.drafters import Drafter
+from relaxtui.decoding.events import Event, Finished, Metrics, RoundTiming, TokenEvent
+from relaxtui.decoding.sampling import SamplingParams, spawn_generators
+from relaxtui.engine.text import StreamDecoder
+from relaxtui.errors import ContextFull, UserError
+from relaxtui.rules import Rule
+from relaxtui.rules.strict import Strict
+
+MAX_DRAFT = 64
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    draft_max: int = 3  # N; 0 = verifier alone
+    max_tokens: int = 256
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+    top_alternatives: int = 0  # >0: attach top-k of p and q to each event (for the inspector)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.draft_max <= MAX_DRAFT:
+            raise UserError(f"--draft-max must be in 0..{MAX_DRAFT} (got {self.draft_max})")
+        if self.max_tokens < 1:
+            raise UserError(f"--max-tokens must be >= 1 (got {self.max_tokens})")
+
+
+@dataclass
+class _Counters:
+    draft_max: int
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    llama_s: float = 0.0
+    reached: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.reached = [0] * self.draft_max
+        self.accepted_at = [0] * self.draft_max
+
+    def observe_round(self, n_drafted: int, n_accepted: int, timing: RoundTiming) -> None:
+        """vLLM's observe_draft: position i is *reached* when drafts 1..i-1 were accepted."""
+        self.rounds += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        for position in range(min(n_drafted, n_accepted + 1)):
+            self.reached[position] += 1
+        for position in range(n_accepted):
+            self.accepted_at[position] += 1
+        self.draft_s += timing.draft_s
+        self.verify_s += timing.verify_s
+        self.llama_s += timing.llama_s
+
+
+def _top(row: np.ndarray | None, k: int) -> tuple[tuple[int, float], ...]:
+    if row is None or k <= 0:
+        return ()
+    ids = np.argpartition(row, -k)[-k:]
+    ids = ids[np.argsort(-row[ids])]
+    return tuple((int(i), float(row[i])) for i in ids if row[i] > 0)
+
+
+def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig, *,
+             drafter: Drafter | None = None, rule: Rule | None = None,
+             should_stop=lambda: False) -> Iterator[Event]:
+    """Yield a TokenEvent per emitted token, then one Finished with the SPEC §3 metrics."""
+    rule = rule or Strict()
+    sampling = config.sampling
+    if sampling.greedy and not rule.greedy_ok:
+        raise UserError(f"rule {rule.name!r} cannot run greedy (temperature 0); use --temperature > 0")
+    prompt = list(prompt)
+    if not prompt:
+        raise UserError("the prompt is empty")
+    if len(prompt) >= verifier.n_ctx:
+        raise UserError(f"the prompt has {len(prompt)} tokens but the context holds {verifier.n_ctx}; "
+                        "raise --ctx-size or shorten the prompt")
+    draft_rng, accept_rng = spawn_generators(config.seed)
+    draft_max = config.draft_max if drafter is not None else 0
+
+    started = time.perf_counter()
+    verifier.reset()
+    if len(prompt) > 1:
+        verifier.decode(prompt[:-1])
+    if drafter is not None:
+        drafter.begin(prompt)
+    prefill_s = time.perf_counter() - started
+
+    counters = _Counters(draft_max)
+    decoder = StreamDecoder()
+    context = list(prompt)
+    last = prompt[-1]
+    output: list[int] = []
+    text_parts: list[str] = []
+    finish = "max_tokens"
+    decode_started = time.perf_counter()
+    llama_before = _llama_seconds(verifier, drafter)
+    while len(output) < config.max_tokens:
+        if should_stop():
+            finish = "stopped"
+            break
+        base = verifier.n_past  # = len(context) - 1: everything but `last` is cached
+        room = verifier.n_ctx - base - 1  # draft tokens that still fit after `last`
+        if room < 0:
+            finish = "context"
+            break
+        n = min(draft_max, room, config.max_tokens - len(output) - 1)
+        round_llama = _llama_seconds(verifier, drafter)
+        t0 = time.perf_counter()
+        draft = drafter.draft(context, n, sampling, draft_rng) if (drafter is not None and n > 0) else None
+        draft_tokens = draft.tokens if draft is not None else []
+        t1 = time.perf_counter()
+        try:
+            target_logits = verifier.decode([last, *draft_tokens], logits_rows=range(len(draft_tokens) + 1))
+        except ContextFull:
+            finish = "context"
+            break
+        t2 = time.perf_counter()
+        bonus_draft = (lambda: drafter.next_distribution(sampling)) if drafter is not None else None
+        emitted = accept_round(draft_tokens, draft.probs if draft else np.empty((0, 0)),
+                               draft.logits if draft else None, target_logits, rule, sampling, accept_rng,
+                               bonus_draft=bonus_draft)
+        n_accepted = len(emitted) - 1
+        verifier.rollback(base + 1 + n_accepted)  # keep `last` and the accepted drafts
+        t3 = time.perf_counter()
+        timing = RoundTiming(counters.rounds, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, t3 - t2,
+                             _llama_seconds(verifier, drafter) - round_llama)
+        counters.observe_round(len(draft_tokens), n_accepted, timing)
+        stop = False
+        for item in emitted:
+            if verifier.is_eog(item.token_id):
+                finish, stop = "eog", True
+                break
+            text = decoder.push(verifier.token_piece(item.token_id))
+            output.append(item.token_id)
+            text_parts.append(text)
+            yield _event(len(output) - 1, item, text, timing, config.top_alternatives)
+        context.extend(item.token_id for item in emitted)
+        last = emitted[-1].token_id
+        if stop:
+            break
+    tail = decoder.flush()
+    text_parts.append(tail)
+    decode_s = time.perf_counter() - decode_started
+    metrics = Metrics(
+        prompt_tokens=len(prompt), output_tokens=len(output), rounds=counters.rounds, drafted=counters.drafted,
+        accepted=counters.accepted, per_position_reached=tuple(counters.reached),
+        per_position_accepted=tuple(counters.accepted_at), prefill_s=prefill_s, decode_s=decode_s,
+        draft_s=counters.draft_s, verify_s=counters.verify_s,
+        llama_s=_llama_seconds(verifier, drafter) - llama_before, truncated=finish in {"context", "max_tokens"},
+        finish_reason=finish,
+    )
+    yield Finished("".join(text_parts), metrics, tuple(output))
+
+
+def _llama_seconds(verifier: Backend, drafter: Drafter | None) -> float:
+    total = verifier.decode_seconds
+    model = getattr(drafter, "model", None)
+    return total + (model.decode_seconds if model is not None else 0.0)
+
+
+def _event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k: int) -> TokenEvent:
+    return TokenEvent(
+        index=index, token_id=item.token_id, text=text, verdict=item.verdict, draft_position=item.draft_position,
+        p_x=item.p_x, q_x=item.q_x, pi_x=item.pi_x, accept_prob=item.accept_prob, statistic=item.statistic,
+        rejected_token=item.rejected_token, round=timing,
+        top_p=_top(item.p_row, top_k), top_q=_top(item.q_row, top_k),
+    )

@@ -1,0 +1,1 @@
+"""llama.cpp engine: GGUF headers, the low-level model wrapper, chat templates and detokenisation."""

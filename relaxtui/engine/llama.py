@@ -1,0 +1,204 @@
+"""A thin, explicit wrapper over llama-cpp-python's low-level API (SPEC §6 pitfalls).
+
+Why low-level: ``Llama(logits_all=True)`` and ``draft_model=`` allocate n_ctx × n_vocab floats. Here a
+decode asks for logits only on the rows the caller names, copies exactly those rows out, and the KV cache
+is rolled back with ``llama_memory_seq_rm``. One sequence (id 0) per context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from relaxtui.engine.gguf import read_header
+from relaxtui.errors import ContextFull, UserError
+
+try:
+    import llama_cpp as _llama
+except ImportError as exc:  # pragma: no cover - set-up problem, not a code path
+    raise UserError("llama-cpp-python is not installed; run scripts/bootstrap.py (see README)") from exc
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    if os.environ.get("RELAXTUI_LLAMA_LOG"):
+        os.write(2, text)
+
+
+_LOG_CALLBACK = _llama.llama_log_callback(_quiet_log)  # keep a reference: llama.cpp holds the pointer
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            _llama.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+            _llama.llama_backend_init()
+            _backend_ready = True
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+class LlamaModel:
+    """One GGUF model with one context: tokenise, decode a batch with chosen logits rows, roll back."""
+
+    def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_threads: int | None = None,
+                 n_gpu_layers: int = 0, n_batch: int = 512) -> None:
+        self.path = Path(path)
+        self.header = read_header(self.path)  # clear error for a missing or non-GGUF file
+        if n_ctx < 16:
+            raise UserError(f"--ctx-size must be at least 16 (got {n_ctx})")
+        _init_backend()
+        model_params = _llama.llama_model_default_params()
+        model_params.n_gpu_layers = n_gpu_layers
+        model_params.use_extra_bufts = False  # avoids the AMX crash even in a stock build (SPEC §6)
+        self._model = _llama.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self._model:
+            raise UserError(f"llama.cpp could not load the model: {self.path}")
+        self._vocab = _llama.llama_model_get_vocab(self._model)
+        n_ctx = min(n_ctx, max(16, _llama.llama_model_n_ctx_train(self._model)))
+        threads = n_threads or default_threads()
+        ctx_params = _llama.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = min(n_batch, n_ctx)
+        ctx_params.n_ubatch = min(n_batch, n_ctx)
+        ctx_params.n_seq_max = 1
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        ctx_params.no_perf = True
+        self._ctx = _llama.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            _llama.llama_model_free(self._model)
+            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
+        # llama.cpp may pad the context (to a multiple of 256); the limit the user asked for is the one we keep
+        self.n_ctx = min(n_ctx, _llama.llama_n_ctx(self._ctx))
+        self.n_batch = ctx_params.n_batch  # never hand llama_decode more tokens than the context's n_batch
+        self.n_vocab = _llama.llama_vocab_n_tokens(self._vocab)
+        self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
+        self._memory = _llama.llama_get_memory(self._ctx)
+        self.n_past = 0  # tokens currently in the KV cache
+        self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
+
+    # -- vocabulary -------------------------------------------------------------------------------
+    @property
+    def vocab_type(self) -> int:
+        return int(_llama.llama_vocab_type(self._vocab))
+
+    @property
+    def bos(self) -> int:
+        return int(_llama.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos(self) -> int:
+        return int(_llama.llama_vocab_eos(self._vocab))
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(_llama.llama_vocab_get_add_bos(self._vocab))
+
+    def is_eog(self, token: int) -> bool:
+        return bool(_llama.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> bytes:
+        """The vocabulary entry's raw text (as llama.cpp compares vocabularies), not the rendered piece."""
+        return _llama.llama_vocab_get_text(self._vocab, token) or b""
+
+    def token_piece(self, token: int, *, special: bool = False) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        n = _llama.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        if n < 0:
+            buffer = ctypes.create_string_buffer(-n)
+            n = _llama.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        return buffer.raw[:n]
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        tokens = (_llama.llama_token * capacity)()
+        n = _llama.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            tokens = (_llama.llama_token * capacity)()
+            n = _llama.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        return list(tokens[:n])
+
+    def metadata(self, key: str) -> str | None:
+        value = self.header.metadata.get(key)
+        return value if isinstance(value, str) else None
+
+    # -- decoding ---------------------------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
+        """Append ``tokens`` at the current position; return logits for ``logits_rows`` (indices into
+        ``tokens``, negative allowed) as a float32 array [len(logits_rows), n_vocab]. Chunks by n_batch."""
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise ContextFull(self.n_past, len(tokens), self.n_ctx)
+        rows = sorted({r % len(tokens) for r in logits_rows}) if tokens else []
+        wanted = set(rows)
+        out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
+        filled = 0
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            batch = self._batch
+            batch.n_tokens = len(chunk)
+            chunk_rows = []
+            for j, token in enumerate(chunk):
+                batch.token[j] = token
+                batch.pos[j] = self.n_past + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                flag = (start + j) in wanted
+                batch.logits[j] = flag
+                if flag:
+                    chunk_rows.append(j)
+            started = time.perf_counter()
+            status = _llama.llama_decode(self._ctx, batch)
+            self.decode_seconds += time.perf_counter() - started
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed with status {status}")
+            self.n_past += len(chunk)
+            for j in chunk_rows:
+                pointer = _llama.llama_get_logits_ith(self._ctx, j)
+                out[filled] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
+                filled += 1
+        order = [rows.index(r % len(tokens)) for r in logits_rows]
+        return out[order] if order != list(range(len(rows))) else out
+
+    def rollback(self, position: int) -> None:
+        """Drop every cached token at ``position`` and after (the KV cache keeps [0, position))."""
+        if position < self.n_past:
+            _llama.llama_memory_seq_rm(self._memory, 0, position, -1)
+            self.n_past = position
+
+    def reset(self) -> None:
+        _llama.llama_memory_clear(self._memory, True)
+        self.n_past = 0
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            _llama.llama_batch_free(self._batch)
+            _llama.llama_free(self._ctx)
+            _llama.llama_model_free(self._model)
+            self._ctx = None
+
+    def __enter__(self) -> LlamaModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+

@@ -1,0 +1,1 @@
+"""Model presets, embedded-default assembly and the ggml_models/ store."""

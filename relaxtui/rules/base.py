@@ -1,0 +1,103 @@
+"""What every acceptance rule shares: the Rule base class, the decision it returns, the residual.
+
+A rule maps (p, q, x, raw logits, knob) to two replacement targets for p: π_rej, used in the acceptance
+test min(1, π_rej(x)/q(x)), and π_res, from which the residual norm((π_res − q)+) is drawn after a
+rejection. π_bonus (the token after N accepted drafts) is p unless the rule says otherwise.
+All arrays are 1-D float64 over the verifier's vocabulary; nothing here does I/O or draws randomness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from relaxtui.errors import UserError
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A rule's verdict material for one draft position."""
+
+    pi_rej: np.ndarray  # [vocab]
+    pi_res: np.ndarray  # [vocab]
+    accept_prob: float
+    statistic: tuple[tuple[str, float], ...] = ()
+
+
+def acceptance_probability(pi_rej: np.ndarray, q: np.ndarray, x: int) -> float:
+    """min(1, π_rej(x)/q(x)); q(x) = 0 rejects (the draft could not have come from q)."""
+    q_x = float(q[x])
+    if q_x <= 0.0:
+        return 0.0
+    return min(1.0, float(pi_rej[x]) / q_x)
+
+
+def residual(pi_res: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Unnormalised (π_res − q)+; when it has no mass (π_res ≤ q everywhere, i.e. π_res == q) fall back
+    to π_res itself, so the caller never normalises an all-zero row."""
+    mass = np.maximum(pi_res - q, 0.0)
+    if mass.sum() > 0.0:
+        return mass
+    return pi_res
+
+
+class Rule:
+    """Base class: subclasses implement ``evaluate``; they may also relax the bonus or replace ``decide``."""
+
+    name: ClassVar[str] = "?"
+    knob_name: ClassVar[str | None] = None
+    greedy_ok: ClassVar[bool] = True  # False: refuses temperature 0 (rfuzzy, scd)
+    needs_logits: ClassVar[bool] = False  # True: needs raw logits (casc-tok, scd)
+    relaxed_bonus: ClassVar[bool] = False  # True: π_bonus is the rule's target at N+1 (scd)
+    subtract_draft: ClassVar[bool] = True  # False: after a rejection emit from π_res itself (typical)
+    knob_default: ClassVar[float | None] = None  # used when the knob is optional
+    knob_help: ClassVar[str] = ""  # range and orientation, shown when a knob is out of range
+
+    def __init__(self, knob: float | None = None, *, temperature: float = 1.0) -> None:
+        self.knob = self.check_knob(knob)
+        self.temperature = temperature
+
+    @classmethod
+    def check_knob(cls, knob: float | None) -> float | None:
+        """Validate the knob; subclasses override ``knob_ok``. Raises UserError with range and orientation."""
+        if cls.knob_name is None:
+            if knob is not None:
+                raise UserError(f"rule {cls.name!r} takes no knob (got --alpha {knob:g})")
+            return None
+        if knob is None:
+            if cls.knob_default is None:
+                raise UserError(f"rule {cls.name!r} needs a knob: --alpha {cls.knob_name} ({cls.knob_help})")
+            return cls.knob_default
+        if not (np.isfinite(knob) or knob == -np.inf) or not cls.knob_ok(knob):
+            raise UserError(f"--alpha {knob:g} is out of range for {cls.name!r}: {cls.knob_name} {cls.knob_help}")
+        return float(knob)
+
+    @classmethod
+    def knob_ok(cls, knob: float) -> bool:
+        return True
+
+    def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
+                 logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """(π_rej, π_res, statistic): each rule computes its targets and the number behind them once."""
+        raise NotImplementedError
+
+    def targets(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
+                logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        pi_rej, pi_res, _ = self.evaluate(p, q, x, logits_p=logits_p, logits_q=logits_q)
+        return pi_rej, pi_res
+
+    def decide(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
+               logits_q: np.ndarray | None = None) -> Decision:
+        pi_rej, pi_res, stats = self.evaluate(p, q, x, logits_p=logits_p, logits_q=logits_q)
+        accept = acceptance_probability(pi_rej, q, x)
+        return Decision(pi_rej, pi_res, accept, (("accept_prob", accept), *stats.items()))
+
+    def bonus(self, p: np.ndarray, q: np.ndarray | None = None, *, logits_p: np.ndarray | None = None,
+              logits_q: np.ndarray | None = None) -> np.ndarray:
+        """π_bonus: the verifier's own distribution unless the rule relaxes the bonus too."""
+        return p
+
+    def __repr__(self) -> str:
+        return f"{self.name}" if self.knob is None else f"{self.name}({self.knob_name}={self.knob:g})"

@@ -1,0 +1,25 @@
+"""Mentored decoding (Tran-Thien 2023): accept with min(1, p(x) / ((1−α) q(x))); residual from p.
+
+π_rej = min(p/(1−α), 1) is not a distribution; it only scales the acceptance test. π_res = p.
+Knob α ∈ [0, 1): bigger = more relaxed; α = 0 is strict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from relaxtui.rules.base import Rule
+
+
+class Mentored(Rule):
+    name = "mentored"
+    knob_name = "alpha"
+    knob_help = "in [0, 1); bigger = more relaxed, 0 = strict"
+
+    @classmethod
+    def knob_ok(cls, knob: float) -> bool:
+        return 0.0 <= knob < 1.0
+
+    def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
+                 logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        return np.minimum(p / (1.0 - self.knob), 1.0), p, {}

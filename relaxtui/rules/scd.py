@@ -1,0 +1,46 @@
+"""Speculative contrastive decoding (Yuan et al. 2023): amplify what the verifier knows beyond the drafter.
+
+Both targets = softmax over G of ((1+β)·z_p − β·z_q)/T, zero outside G, where z are raw logits and G is the
+verifier's support after top-k/top-p. π_bonus is the same rule at N+1, which costs one extra drafter step.
+Knob β ≥ 0: bigger = further from p (usually *lower* acceptance); β = 0 is strict. Refuses temperature 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from relaxtui.rules.base import Rule
+
+
+class Contrastive(Rule):
+    name = "scd"
+    knob_name = "beta"
+    knob_help = ">= 0; bigger = further from the verifier (usually lower acceptance), 0 = strict"
+    greedy_ok = False
+    needs_logits = True
+    relaxed_bonus = True
+
+    @classmethod
+    def knob_ok(cls, knob: float) -> bool:
+        return knob >= 0.0
+
+    def contrast(self, p: np.ndarray, logits_p: np.ndarray | None, logits_q: np.ndarray | None) -> np.ndarray:
+        if logits_p is None or logits_q is None or self.knob == 0.0:
+            return p
+        support = np.flatnonzero(p > 0)
+        z = ((1.0 + self.knob) * logits_p[support].astype(np.float64)
+             - self.knob * logits_q[support].astype(np.float64)) / self.temperature
+        z -= z.max()
+        weights = np.exp(z)
+        target = np.zeros_like(p)
+        target[support] = weights / weights.sum()
+        return target
+
+    def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
+                 logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        target = self.contrast(p, logits_p, logits_q)
+        return target, target, {"pi_over_p": float(target[x] / p[x]) if p[x] > 0 else 0.0}
+
+    def bonus(self, p: np.ndarray, q: np.ndarray | None = None, *, logits_p: np.ndarray | None = None,
+              logits_q: np.ndarray | None = None) -> np.ndarray:
+        return self.contrast(p, logits_p, logits_q)

@@ -1,0 +1,15 @@
+"""Strict (lossless) speculative sampling: π_rej = π_res = π_bonus = p (Leviathan et al. 2023)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from relaxtui.rules.base import Rule
+
+
+class Strict(Rule):
+    name = "strict"
+
+    def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
+                 logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        return p, p, {}

@@ -1,0 +1,84 @@
+"""Loading a verifier/drafter pair and turning a user prompt into tokens: shared by every face.
+
+Nothing here prints; the CLI, TUI and eval runner decide how to show progress and results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from relaxtui.decoding.drafters import Drafter, ModelDrafter
+from relaxtui.decoding.vocab import check_vocab
+from relaxtui.engine.llama import LlamaModel
+from relaxtui.engine.text import ChatTemplate, Message
+from relaxtui.errors import UserError
+from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
+from relaxtui.models.store import resolve_model
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    verifier: str = DEFAULT_VERIFIER
+    drafter: str | None = DEFAULT_DRAFTER  # None = verifier alone
+    ctx_size: int = 4096
+    threads: int | None = None
+    gpu_layers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ctx_size < 16:
+            raise UserError(f"--ctx-size must be at least 16 (got {self.ctx_size})")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"--threads must be >= 1 (got {self.threads})")
+        if self.gpu_layers < -1:
+            raise UserError(f"--gpu-layers must be >= -1, -1 = all (got {self.gpu_layers})")
+
+
+@dataclass
+class LoadedPair:
+    verifier: LlamaModel
+    drafter: Drafter | None
+    verifier_path: Path
+    drafter_path: Path | None
+
+    def close(self) -> None:
+        model = getattr(self.drafter, "model", None)
+        if model is not None and model is not self.verifier:
+            model.close()
+        self.verifier.close()
+
+
+def load_pair(options: ModelOptions) -> LoadedPair:
+    """Resolve and load both models, then check their vocabularies before anything runs."""
+    verifier_path = resolve_model(options.verifier)
+    drafter_path = resolve_model(options.drafter) if options.drafter else None
+    gpu_layers = 10_000 if options.gpu_layers == -1 else options.gpu_layers
+    verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads, n_gpu_layers=gpu_layers)
+    drafter: Drafter | None = None
+    if drafter_path is not None:
+        try:
+            draft_model = LlamaModel(drafter_path, n_ctx=options.ctx_size, n_threads=options.threads,
+                                     n_gpu_layers=gpu_layers)
+            check_vocab(verifier, draft_model, names=(verifier_path.name, drafter_path.name))
+        except BaseException:
+            verifier.close()
+            raise
+        drafter = ModelDrafter(draft_model, verifier.n_vocab)
+    return LoadedPair(verifier, drafter, verifier_path, drafter_path)
+
+
+def chat_template(model: LlamaModel) -> ChatTemplate:
+    def text(token: int) -> str:
+        return model.token_piece(token, special=True).decode("utf-8", errors="replace") if token >= 0 else ""
+    return ChatTemplate(model.header.chat_template, bos_token=text(model.bos), eos_token=text(model.eos))
+
+
+def prompt_tokens(model: LlamaModel, prompt: str, *, chat: bool = True, thinking: bool | None = None,
+                  system: str | None = None) -> list[int]:
+    """Render through the model's chat template (default) or take the text raw, then tokenise."""
+    if not chat:
+        return model.tokenize(prompt, add_special=True, parse_special=False)
+    messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
+    rendered = chat_template(model).render(messages, thinking=thinking)
+    # the template writes BOS itself where the model wants one
+    return model.tokenize(rendered, add_special=False, parse_special=True)

