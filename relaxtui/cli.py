@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
+from relaxtui._alloc import keep_large_allocations_on_heap
 from relaxtui.errors import UserError
 
 EXIT_BAD_INPUT = 2
@@ -53,13 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-tokens", "-n", type=int, default=256)
     gen.add_argument("--no-spec", action="store_true", help="verifier alone (autoregressive baseline)")
     gen.add_argument("--rule", default="strict", help="acceptance rule")
-    gen.add_argument("--alpha", type=float, default=None, help="the rule's knob")
+    gen.add_argument("--alpha", type=float, default=None, help="the rule's knob (see `relaxtui rules list`)")
+    gen.add_argument("--bonus", choices=["auto", "target", "relaxed"], default="auto",
+                     help="bonus token from p (target), the rule's target at N+1 (relaxed), or the rule's policy")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--thinking", choices=["on", "off"], default=None)
     gen.add_argument("--system", default=None, help="system message")
     gen.add_argument("--json", action="store_true", help="print events and metrics as JSON lines")
     gen.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     gen.add_argument("--measure-c-rel", action="store_true", help="time one step of each model first")
+
+    rules = sub.add_parser("rules", help="list the acceptance rules or time them")
+    rsub = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
+    rsub.add_parser("list", help="rules, knobs, ranges and the paper's grid")
+    rule_bench = rsub.add_parser("bench", help="time one position of every rule on a 152k vocabulary")
+    rule_bench.add_argument("--vocab", type=int, default=151_936)
+    rule_bench.add_argument("--repeats", type=int, default=50)
 
     models = sub.add_parser("models", help="install and list GGUF models")
     msub = models.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
@@ -70,12 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_large_allocations_on_heap()
     try:
         args = build_parser().parse_args(argv)
         if args.command == "generate":
             return _generate(args)
         if args.command == "models":
             return _models(args)
+        if args.command == "rules":
+            return _rules(args)
     except UserError as exc:
         print(f"relaxtui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -100,7 +113,7 @@ def _generate(args: argparse.Namespace) -> int:
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     rule = make(args.rule, args.alpha, temperature=args.temperature or 1.0)
     config = GenerationConfig(draft_max=args.draft_max, max_tokens=args.max_tokens, sampling=sampling,
-                              seed=args.seed)
+                              seed=args.seed, bonus=args.bonus)
     drafter = None if args.no_spec or str(args.drafter).lower() == "none" else args.drafter
     options = ModelOptions(args.verifier, drafter, args.ctx_size, args.threads, args.gpu_layers)
     thinking = None if args.thinking is None else args.thinking == "on"
@@ -137,6 +150,28 @@ def _generate(args: argparse.Namespace) -> int:
             out.write(console.json.dumps({"type": "cost", "c_rel": c_rel, "peak_rss_mb": _peak_rss_mb()}) + "\n")
     finally:
         pair.close()
+    return 0
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from relaxtui.rules import PAPER_GRID, RULES
+
+    if args.rules_command == "list":
+        for name, cls in RULES.items():
+            grid = ", ".join("-" if k is None else f"{k:g}" for k in PAPER_GRID[name])
+            knob = f"{cls.knob_name}: {cls.knob_help}" if cls.knob_name else "no knob"
+            print(f"{name:9} {knob}  [paper grid: {grid}]")
+        return 0
+    from relaxtui.costmodel.rule_timing import time_rules
+
+    if args.vocab < 2 or args.repeats < 1:
+        raise UserError("--vocab must be >= 2 and --repeats >= 1")
+    print(f"one position, vocabulary {args.vocab}, {args.repeats} repeats (decide + residual)")
+    print(f"{'rule':9} {'knob':>6} {'dist':9} {'median ms':>10} {'p90 ms':>8}")
+    for timing in time_rules(args.vocab, args.repeats):
+        knob = "-" if timing.knob is None else f"{timing.knob:g}"
+        kind = "dense" if timing.dense else "processed"
+        print(f"{timing.rule:9} {knob:>6} {kind:9} {timing.median_ms:10.3f} {timing.p90_ms:8.3f}")
     return 0
 
 

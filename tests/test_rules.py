@@ -209,3 +209,38 @@ def test_finished_event_closes_every_rule_stream():
         events = list(generate(fake(random_table(1)), [0], GenerationConfig(max_tokens=4, sampling=PLAIN),
                                drafter=ModelDrafter(fake(random_table(2)), VOCAB), rule=make(name, knobs[0])))
         assert isinstance(events[-1], Finished) and events[-1].metrics.output_tokens == 4
+
+
+# -- bonus policy -------------------------------------------------------------------------------------------------
+def test_bonus_target_policy_skips_the_extra_drafter_step():
+    table = random_table(3)
+    draft_model = fake(table)
+    events = list(generate(fake(table), [0], GenerationConfig(draft_max=2, max_tokens=3, sampling=PLAIN, seed=1,
+                                                             bonus="target"),
+                           drafter=ModelDrafter(draft_model, VOCAB), rule=make("scd", 0.5)))
+    bonus = [e for e in events if isinstance(e, TokenEvent)][-1]
+    assert bonus.verdict.value == "bonus" and bonus.q_x is None
+    assert draft_model.decode_calls == [1, 1]
+
+
+def test_relaxed_bonus_samples_the_rule_target_at_n_plus_one():
+    """ensemble w=0 accepts every draft and its relaxed bonus is q itself, so with N=1 the two emitted tokens
+    follow the drafter's own two-step law. 2,000 runs; 5 standard errors + 0.003 per cell."""
+    target_table, draft_table = random_table(1), random_table(6)
+    drafter = ModelDrafter(fake(draft_table), VOCAB)
+    verifier = fake(target_table)
+    runs, counts = 2000, np.zeros(VOCAB)
+    for seed in range(runs):
+        events = generate(verifier, [0], GenerationConfig(draft_max=1, max_tokens=2, sampling=PLAIN, seed=seed,
+                                                          bonus="relaxed"), drafter=drafter, rule=make("ensemble", 0))
+        tokens = [e for e in events if isinstance(e, TokenEvent)]
+        assert [t.verdict.value for t in tokens] == ["accepted", "bonus"]
+        counts[tokens[1].token_id] += 1
+    first = softmax(draft_table[0])
+    law = sum(first[a] * softmax(draft_table[a]) for a in range(VOCAB))
+    assert np.all(np.abs(counts / runs - law) <= 5 * np.sqrt(law * (1 - law) / runs) + 0.003)
+
+
+def test_unknown_bonus_policy():
+    with pytest.raises(UserError, match="--bonus must be one of auto, target, relaxed"):
+        GenerationConfig(bonus="sometimes")

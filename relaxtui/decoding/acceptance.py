@@ -15,6 +15,8 @@ from relaxtui.decoding.events import Verdict
 from relaxtui.decoding.sampling import SamplingParams, process, sample, softmax
 from relaxtui.rules.base import Rule, residual
 
+DraftStep = Callable[[], tuple[np.ndarray, np.ndarray]]  # one extra drafter step: (q, raw logits) at N+1
+
 
 @dataclass(frozen=True, slots=True)
 class Emitted:
@@ -33,12 +35,14 @@ class Emitted:
 
 def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits: np.ndarray | None,
                  target_logits: np.ndarray, rule: Rule, sampling: SamplingParams, rng: np.random.Generator,
-                 bonus_draft: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None) -> list[Emitted]:
+                 bonus_draft: DraftStep | None = None, bonus: str = "auto") -> list[Emitted]:
     """Emit 1..N+1 tokens for one round.
 
     draft_probs: [N, vocab] processed q_i; draft_logits: [N, vocab] raw drafter logits (or None);
     target_logits: [N+1, vocab] raw verifier logits of the batch [last, x_1..x_N].
-    bonus_draft: for rules with a relaxed bonus, returns (q, logits_q) at position N+1 (one drafter step).
+    bonus_draft: returns (q, logits_q) at position N+1 (one extra drafter step), for a relaxed bonus.
+    bonus: "auto" (the rule's own policy: relaxed for scd, p otherwise), "target" (always p) or "relaxed"
+    (the rule's target at N+1 for every rule); a verifier-only step always samples p.
     """
     num_draft = len(draft_tokens)
     assert target_logits.shape[0] == num_draft + 1, "verifier rows must be N+1"
@@ -60,16 +64,26 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits:
                                decision.accept_prob, decision.statistic, rejected_token=x, p_row=p, q_row=q))
         return emitted
     p = process(target_logits[num_draft], sampling)
-    q_next, logits_q_next = (None, None)
-    if rule.relaxed_bonus and bonus_draft is not None:
-        q_next, logits_q_next = bonus_draft()
-    pi_bonus = rule.bonus(p, q_next, logits_p=target_logits[num_draft], logits_q=logits_q_next)
+    pi_bonus, q_next = _bonus_target(p, target_logits[num_draft], rule, bonus if num_draft else "target",
+                                     bonus_draft)
     y = sample(pi_bonus, rng)
     verdict = Verdict.BONUS if num_draft else Verdict.VERIFIER
     q_y = float(q_next[y]) if q_next is not None else None
     emitted.append(Emitted(y, verdict, num_draft + 1 if num_draft else 0, float(p[y]), q_y,
                            float(pi_bonus[y]), None, (), p_row=p, q_row=q_next))
     return emitted
+
+
+def _bonus_target(p: np.ndarray, logits_p: np.ndarray, rule: Rule, policy: str,
+                  bonus_draft: DraftStep | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(π_bonus, q at N+1 or None). The extra drafter step is paid only when the policy needs it."""
+    relaxed = policy == "relaxed" or (policy == "auto" and rule.relaxed_bonus)
+    if not relaxed or bonus_draft is None:
+        return p, None
+    q_next, logits_q_next = bonus_draft()
+    if policy == "auto":
+        return rule.bonus(p, q_next, logits_p=logits_p, logits_q=logits_q_next), q_next
+    return rule.relaxed_target(p, q_next, logits_p=logits_p, logits_q=logits_q_next), q_next
 
 
 def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,

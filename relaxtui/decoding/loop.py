@@ -26,6 +26,7 @@ from relaxtui.rules import Rule
 from relaxtui.rules.strict import Strict
 
 MAX_DRAFT = 64
+BONUS_POLICIES = ("auto", "target", "relaxed")
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,15 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     top_alternatives: int = 0  # >0: attach top-k of p and q to each event (for the inspector)
+    bonus: str = "auto"  # "auto" (the rule's policy), "target" (p) or "relaxed" (the rule's target at N+1)
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= MAX_DRAFT:
             raise UserError(f"--draft-max must be in 0..{MAX_DRAFT} (got {self.draft_max})")
         if self.max_tokens < 1:
             raise UserError(f"--max-tokens must be >= 1 (got {self.max_tokens})")
+        if self.bonus not in BONUS_POLICIES:
+            raise UserError(f"--bonus must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")
 
 
 @dataclass
@@ -139,7 +143,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         bonus_draft = (lambda: drafter.next_distribution(sampling)) if drafter is not None else None
         emitted = accept_round(draft_tokens, draft.probs if draft else np.empty((0, 0)),
                                draft.logits if draft else None, target_logits, rule, sampling, accept_rng,
-                               bonus_draft=bonus_draft)
+                               bonus_draft=bonus_draft, bonus=config.bonus)
         n_accepted = len(emitted) - 1
         verifier.rollback(base + 1 + n_accepted)  # keep `last` and the accepted drafts
         t3 = time.perf_counter()

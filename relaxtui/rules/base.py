@@ -51,6 +51,7 @@ class Rule:
     greedy_ok: ClassVar[bool] = True  # False: refuses temperature 0 (rfuzzy, scd)
     needs_logits: ClassVar[bool] = False  # True: needs raw logits (casc-tok, scd)
     relaxed_bonus: ClassVar[bool] = False  # True: π_bonus is the rule's target at N+1 (scd)
+    x_dependent: ClassVar[bool] = False  # True: the targets depend on the drafted token (cactus)
     subtract_draft: ClassVar[bool] = True  # False: after a rejection emit from π_res itself (typical)
     knob_default: ClassVar[float | None] = None  # used when the knob is optional
     knob_help: ClassVar[str] = ""  # range and orientation, shown when a knob is out of range
@@ -96,8 +97,16 @@ class Rule:
 
     def bonus(self, p: np.ndarray, q: np.ndarray | None = None, *, logits_p: np.ndarray | None = None,
               logits_q: np.ndarray | None = None) -> np.ndarray:
-        """π_bonus: the verifier's own distribution unless the rule relaxes the bonus too."""
+        """π_bonus under the rule's own policy: p, unless the rule relaxes its bonus (scd)."""
         return p
+
+    def relaxed_target(self, p: np.ndarray, q: np.ndarray, *, logits_p: np.ndarray | None = None,
+                       logits_q: np.ndarray | None = None) -> np.ndarray:
+        """The rule's target at a position with no draft (``--bonus relaxed``): π_res, which does not depend
+        on x for every rule but CACTUS — whose target needs a drafted token, so it keeps p."""
+        if self.x_dependent:
+            return p
+        return self.evaluate(p, q, int(np.argmax(q)), logits_p=logits_p, logits_q=logits_q)[1]
 
     def __repr__(self) -> str:
         return f"{self.name}" if self.knob is None else f"{self.name}({self.knob_name}={self.knob:g})"

@@ -21,6 +21,7 @@ class Cactus(Rule):
     name = "cactus"
     knob_name = "delta"
     knob_help = ">= 0; bigger = more relaxed, 0 = strict"
+    x_dependent = True
 
     @classmethod
     def knob_ok(cls, knob: float) -> bool:
