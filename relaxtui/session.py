@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relaxtui.decoding.drafters import Drafter, ModelDrafter
+from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.vocab import check_vocab
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.engine.text import ChatTemplate, Message
 from relaxtui.errors import UserError
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.models.store import resolve_model
+
+DRAFT_KINDS = ("model", "ngram")
 
 
 @dataclass(frozen=True)
@@ -24,8 +27,16 @@ class ModelOptions:
     ctx_size: int = 4096
     threads: int | None = None
     gpu_layers: int = 0
+    draft_kind: str = "model"  # "model" (a GGUF drafter) or "ngram" (prompt lookup, no model)
+    ngram_min: int = 1
+    ngram_max: int = 3
+    draft_p_min: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.draft_kind not in DRAFT_KINDS:
+            raise UserError(f"unknown drafter kind {self.draft_kind!r}; known: {', '.join(DRAFT_KINDS)}")
+        if not 0.0 <= self.draft_p_min < 1.0:
+            raise UserError(f"--draft-p-min must be in [0, 1) (got {self.draft_p_min})")
         if self.ctx_size < 16:
             raise UserError(f"--ctx-size must be at least 16 (got {self.ctx_size})")
         if self.threads is not None and self.threads < 1:
@@ -51,10 +62,17 @@ class LoadedPair:
 def load_pair(options: ModelOptions) -> LoadedPair:
     """Resolve and load both models, then check their vocabularies before anything runs."""
     verifier_path = resolve_model(options.verifier)
-    drafter_path = resolve_model(options.drafter) if options.drafter else None
+    use_model = options.drafter is not None and options.draft_kind == "model"
+    drafter_path = resolve_model(options.drafter) if use_model else None
     gpu_layers = 10_000 if options.gpu_layers == -1 else options.gpu_layers
     verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads, n_gpu_layers=gpu_layers)
     drafter: Drafter | None = None
+    if options.drafter is not None and options.draft_kind == "ngram":
+        try:
+            drafter = NgramDrafter(verifier.n_vocab, n_min=options.ngram_min, n_max=options.ngram_max)
+        except BaseException:
+            verifier.close()
+            raise
     if drafter_path is not None:
         try:
             draft_model = LlamaModel(drafter_path, n_ctx=options.ctx_size, n_threads=options.threads,
@@ -63,7 +81,7 @@ def load_pair(options: ModelOptions) -> LoadedPair:
         except BaseException:
             verifier.close()
             raise
-        drafter = ModelDrafter(draft_model, verifier.n_vocab)
+        drafter = ModelDrafter(draft_model, verifier.n_vocab, p_min=options.draft_p_min)
     return LoadedPair(verifier, drafter, verifier_path, drafter_path)
 
 

@@ -36,6 +36,14 @@ class Drafter(Protocol):
     def next_distribution(self, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+def _confidence(q: np.ndarray, logits: np.ndarray, sampling: SamplingParams) -> float:
+    """The drafter's top probability; at greedy q is one-hot, so read the raw softmax (T=1) instead."""
+    if not sampling.greedy:
+        return float(q.max())
+    top = float(logits.max())
+    return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -49,9 +57,10 @@ class ModelDrafter:
 
     kind = "model"
 
-    def __init__(self, model: Backend, target_vocab: int) -> None:
+    def __init__(self, model: Backend, target_vocab: int, *, p_min: float = 0.0) -> None:
         self.model = model
         self.target_vocab = target_vocab
+        self.p_min = p_min  # stop drafting when the drafter's top probability falls below this
         self._last_draft: list[int] = []
         self._last_context: list[int] = []
         self._cached: list[int] = []  # tokens in the drafter's KV cache
@@ -93,6 +102,8 @@ class ModelDrafter:
             logits = self._sync(context)
             for i in range(n):
                 q = process(logits, sampling)
+                if self.p_min > 0 and _confidence(q, logits, sampling) < self.p_min:
+                    break  # llama.cpp's --draft-p-min: an unsure drafter wastes verify width
                 x = sample(q, rng)
                 tokens.append(x)
                 probs.append(q)

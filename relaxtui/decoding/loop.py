@@ -37,12 +37,16 @@ class GenerationConfig:
     seed: int = 0
     top_alternatives: int = 0  # >0: attach top-k of p and q to each event (for the inspector)
     bonus: str = "auto"  # "auto" (the rule's policy), "target" (p) or "relaxed" (the rule's target at N+1)
+    draft_min: int = 0  # drafts shorter than this are dropped (the round runs verifier-only)
+    adaptive: bool = False  # grow N after a fully accepted round, shrink it after an early rejection
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= MAX_DRAFT:
             raise UserError(f"--draft-max must be in 0..{MAX_DRAFT} (got {self.draft_max})")
         if self.max_tokens < 1:
             raise UserError(f"--max-tokens must be >= 1 (got {self.max_tokens})")
+        if not 0 <= self.draft_min <= max(self.draft_max, 0):
+            raise UserError(f"--draft-min must be in 0..--draft-max ({self.draft_max}) (got {self.draft_min})")
         if self.bonus not in BONUS_POLICIES:
             raise UserError(f"--bonus must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")
 
@@ -77,6 +81,28 @@ class _Counters:
         self.llama_s += timing.llama_s
 
 
+@dataclass
+class DraftLength:
+    """The N of the next round: fixed, or adapted from the last round's acceptance (grow by one after a
+    fully accepted draft, shrink by one after a rejection at the first position), within [minimum, maximum]."""
+
+    maximum: int
+    minimum: int = 1
+    adaptive: bool = False
+    current: int = -1
+
+    def __post_init__(self) -> None:
+        self.current = self.maximum
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        if not self.adaptive or n_drafted == 0:
+            return
+        if n_accepted == n_drafted:
+            self.current = min(self.maximum, self.current + 1)
+        elif n_accepted == 0:
+            self.current = max(min(self.minimum, self.maximum), self.current - 1)
+
+
 def _top(row: np.ndarray | None, k: int) -> tuple[tuple[int, float], ...]:
     if row is None or k <= 0:
         return ()
@@ -99,8 +125,11 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
     if len(prompt) >= verifier.n_ctx:
         raise UserError(f"the prompt has {len(prompt)} tokens but the context holds {verifier.n_ctx}; "
                         "raise --ctx-size or shorten the prompt")
+    if drafter is not None and rule.needs_draft_logits and getattr(drafter, "model", None) is None:
+        raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {drafter.kind!r}")
     draft_rng, accept_rng = spawn_generators(config.seed)
     draft_max = config.draft_max if drafter is not None else 0
+    draft_length = DraftLength(draft_max, max(config.draft_min, 1), config.adaptive)
 
     started = time.perf_counter()
     verifier.reset()
@@ -128,11 +157,13 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         if room < 0:
             finish = "context"
             break
-        n = min(draft_max, room, config.max_tokens - len(output) - 1)
+        n = min(draft_length.current, room, config.max_tokens - len(output) - 1)
         round_llama = _llama_seconds(verifier, drafter)
         t0 = time.perf_counter()
         draft = drafter.draft(context, n, sampling, draft_rng) if (drafter is not None and n > 0) else None
         draft_tokens = draft.tokens if draft is not None else []
+        if len(draft_tokens) < config.draft_min:  # llama.cpp's --draft-min: too short to pay for itself
+            draft, draft_tokens = None, []
         t1 = time.perf_counter()
         try:
             target_logits = verifier.decode([last, *draft_tokens], logits_rows=range(len(draft_tokens) + 1))
@@ -140,7 +171,8 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
             finish = "context"
             break
         t2 = time.perf_counter()
-        bonus_draft = (lambda: drafter.next_distribution(sampling)) if drafter is not None else None
+        can_extend = drafter is not None and getattr(drafter, "model", None) is not None
+        bonus_draft = (lambda: drafter.next_distribution(sampling)) if can_extend else None
         emitted = accept_round(draft_tokens, draft.probs if draft else np.empty((0, 0)),
                                draft.logits if draft else None, target_logits, rule, sampling, accept_rng,
                                bonus_draft=bonus_draft, bonus=config.bonus)
@@ -150,6 +182,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         timing = RoundTiming(counters.rounds, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, t3 - t2,
                              _llama_seconds(verifier, drafter) - round_llama)
         counters.observe_round(len(draft_tokens), n_accepted, timing)
+        draft_length.observe(len(draft_tokens), n_accepted)
         stop = False
         for item in emitted:
             if verifier.is_eog(item.token_id):

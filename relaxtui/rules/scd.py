@@ -18,6 +18,7 @@ class Contrastive(Rule):
     knob_help = ">= 0; bigger = further from the verifier (usually lower acceptance), 0 = strict"
     greedy_ok = False
     needs_logits = True
+    needs_draft_logits = True
     relaxed_bonus = True
 
     @classmethod

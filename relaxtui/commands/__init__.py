@@ -1,0 +1,1 @@
+"""One module per `relaxtui` sub-command: build the config from parsed args, run, render."""

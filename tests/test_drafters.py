@@ -1,0 +1,109 @@
+"""Cheap and adaptive drafting: n-gram proposals, --draft-p-min, --draft-min, adaptive N."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.events import TokenEvent
+from relaxtui.decoding.loop import DraftLength, GenerationConfig, generate
+from relaxtui.decoding.ngram import NgramDrafter
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
+from relaxtui.rules import make
+from tests.conftest import VOCAB, fake, random_table
+from tests.test_loop_fake import cycle_table
+
+GREEDY = SamplingParams(temperature=0)
+
+
+@pytest.mark.parametrize(
+    "context,n,expected",
+    [
+        ([1, 2, 3, 9, 1, 2], 3, [3, 9, 1]),  # trigram miss, bigram [1, 2] matched at the start
+        ([5, 1, 2, 7, 7, 1, 2, 8, 1, 2], 2, [8, 1]),  # the most recent occurrence wins
+        ([4, 5, 6, 4, 5, 6, 4, 5], 4, [6, 4, 5]),  # stops at the context's end
+        ([1, 2, 3, 4], 3, []),  # nothing repeats
+        ([7], 3, []),
+    ],
+)
+def test_ngram_proposals_on_crafted_contexts(context, n, expected):
+    assert NgramDrafter(10, n_min=1, n_max=3).propose(context, n) == expected
+
+
+def test_ngram_prefers_the_longest_match():
+    # unigram [2] last seen before 5; the bigram [1, 2] was followed by 3
+    drafter = NgramDrafter(10, n_min=1, n_max=2)
+    assert drafter.propose([1, 2, 3, 0, 2, 5, 1, 2], 1) == [3]
+    assert NgramDrafter(10, n_min=1, n_max=1).propose([1, 2, 3, 0, 2, 5, 1, 2], 1) == [5]
+
+
+def test_ngram_draft_is_one_hot():
+    draft = NgramDrafter(6).draft([1, 2, 1], 2, GREEDY, np.random.default_rng(0))
+    assert draft.tokens == [2, 1] and draft.logits is None
+    assert np.array_equal(draft.probs, np.eye(6)[[2, 1]])
+
+
+def test_ngram_sizes_are_validated():
+    with pytest.raises(UserError, match="--ngram-min"):
+        NgramDrafter(6, n_min=3, n_max=2)
+
+
+def test_ngram_drafter_through_the_loop_on_a_repetitive_sequence():
+    verifier = fake(cycle_table())  # greedy output cycles 1,2,3,4,5,0,... so lookup drafts are right
+    events = list(generate(verifier, [0, 1, 2, 3, 4, 5, 0], GenerationConfig(draft_max=4, max_tokens=15,
+                                                                             sampling=GREEDY),
+                           drafter=NgramDrafter(VOCAB)))
+    metrics = events[-1].metrics
+    assert [e.token_id for e in events[:-1]] == [(1 + i) % VOCAB for i in range(15)]
+    assert metrics.drafted > 0 and metrics.accepted == metrics.drafted
+
+
+def test_rules_needing_drafter_logits_refuse_ngram():
+    stream = generate(fake(random_table(1)), [0, 1], GenerationConfig(), drafter=NgramDrafter(VOCAB),
+                      rule=make("scd", 0.5))
+    with pytest.raises(UserError, match="needs the drafter's logits"):
+        next(stream)
+
+
+def flat_after(token: int) -> np.ndarray:
+    """A drafter table that is confident except after ``token``, where it is uniform."""
+    table = cycle_table()
+    table[token] = 0.0
+    return table
+
+
+def test_p_min_stops_drafting_when_the_drafter_is_unsure():
+    drafter = ModelDrafter(fake(flat_after(2)), VOCAB, p_min=0.5)
+    draft = drafter.draft([0], 4, SamplingParams(1.0, 0, 1.0), np.random.default_rng(0))
+    assert draft.tokens == [1, 2]  # after 2 the drafter's max q is 1/6 < 0.5: stop
+    assert len(ModelDrafter(fake(flat_after(2)), VOCAB).draft([0], 4, SamplingParams(1.0, 0, 1.0),
+                                                              np.random.default_rng(0)).tokens) == 4
+
+
+def test_draft_min_drops_short_drafts():
+    drafter = ModelDrafter(fake(flat_after(0)), VOCAB, p_min=0.5)  # unsure at the start of every cycle
+    config = GenerationConfig(draft_max=3, draft_min=2, max_tokens=12, sampling=GREEDY)
+    events = [e for e in generate(fake(cycle_table()), [5], config, drafter=drafter) if isinstance(e, TokenEvent)]
+    assert [e.token_id for e in events] == [(i) % VOCAB for i in range(12)]
+    drafted_sizes = {e.round.n_drafted for e in events}
+    assert drafted_sizes <= {0, 2, 3} and 0 in drafted_sizes
+
+
+def test_adaptive_draft_length_grows_and_shrinks():
+    length = DraftLength(maximum=5, minimum=1, adaptive=True)
+    assert length.current == 5
+    length.observe(5, 0)
+    length.observe(4, 0)
+    assert length.current == 3
+    length.observe(3, 1)  # partial acceptance: unchanged
+    assert length.current == 3
+    length.observe(3, 3)
+    assert length.current == 4
+    for _ in range(5):
+        length.observe(1, 0)
+    assert length.current == 1
+    fixed = DraftLength(maximum=4)
+    fixed.observe(4, 0)
+    assert fixed.current == 4
