@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(draft_p_min=0.0)
 
+    from relaxtui.commands import eval as eval_command
+
+    evaluate = sub.add_parser("eval", help="score capability and speed on a benchmark (resumable)")
+    eval_command.add_arguments(evaluate)
+    add_model_options(evaluate)
+    add_sampling_options(evaluate)
+
     rules = sub.add_parser("rules", help="list the acceptance rules or time them")
     rsub = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
     rsub.add_parser("list", help="rules, knobs, ranges and the paper's grid")

@@ -1,0 +1,135 @@
+"""`relaxtui eval TASK` and `relaxtui eval report DIR`: capability and speed scored together, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from relaxtui.commands.common import model_options, sampling
+from relaxtui.errors import UserError
+from relaxtui.evals.report import render_table, summarise, write_reports
+from relaxtui.evals.results import ResultsStore, load_records
+from relaxtui.evals.runner import EvalPlan, SampleDone, run_eval
+from relaxtui.evals.tasks import get
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task", help="aime, aime25, math500, gpqa, lcb, humaneval — or `report DIR`")
+    parser.add_argument("directory", nargs="?", help="with `report`: the run folder to summarise")
+    group = parser.add_argument_group("grid (each option takes a list; the run is their product)")
+    group.add_argument("--rule", nargs="+", default=["strict"], help="acceptance rules")
+    group.add_argument("--alpha", nargs="+", type=float, default=[], help="knobs (default: each rule's paper grid)")
+    group.add_argument("--draft-max", nargs="+", type=int, default=[3], help="draft lengths N")
+    group.add_argument("--no-spec", action="store_true", help="also run the verifier alone (the speed baseline)")
+    run = parser.add_argument_group("run")
+    run.add_argument("--repeats", type=int, default=1, help="n of avg@n; seeds are seed+i")
+    run.add_argument("--limit", type=int, default=None, help="only the first K problems")
+    run.add_argument("--max-tokens", "-n", type=int, default=None, help="default: the task's budget")
+    run.add_argument("--thinking", choices=["on", "off"], default=None)
+    run.add_argument("--out", type=Path, default=None, help="results folder (default results/TASK)")
+    run.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
+    run.add_argument("--bonus", choices=["auto", "target", "relaxed"], default="auto")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.task == "report":
+        return _report(args.directory)
+    if args.directory is not None:
+        raise UserError(f"unexpected argument {args.directory!r} (only `eval report DIR` takes a folder)")
+    task = get(args.task)
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be >= 1 (got {args.limit})")
+    if any(n < 1 for n in args.draft_max):
+        raise UserError(f"--draft-max values must be >= 1 (got {args.draft_max}); use --no-spec for N = 0")
+    max_tokens = args.max_tokens or task.max_tokens
+    if max_tokens < 1:
+        raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
+    plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
+                    no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
+                    sampling=sampling(args), bonus=args.bonus)
+    samples = task.load(args.data)[: args.limit]
+    if not samples:
+        raise UserError(f"{args.task}: no problems to run")
+    out = args.out or Path("results") / args.task
+    store = ResultsStore(out)
+    options = model_options(args)
+    thinking = None if args.thinking is None else args.thinking == "on"
+    manifest = {
+        "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
+        "drafter": Path(options.drafter).name if options.drafter and options.draft_kind == "model" else
+        options.draft_kind, "temperature": plan.sampling.temperature, "top_k": plan.sampling.top_k,
+        "top_p": plan.sampling.top_p, "max_tokens": max_tokens, "thinking": args.thinking, "bonus": plan.bonus,
+        "data": str(args.data) if args.data else None,
+    }
+    store.open_run(manifest)  # refuse a folder of another run before loading any model
+
+    from relaxtui.session import chat_template, load_pair
+
+    pair = load_pair(options)
+    template = chat_template(pair.verifier)
+    progress = ProgressBar(sys.stderr)
+    stop_requested = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
+    try:
+        run_eval(task, samples, plan, manifest, store, pair.verifier, pair.drafter,
+                 lambda sample: pair.verifier.tokenize(template.render(sample.messages, thinking=thinking),
+                                                       add_special=False, parse_special=True),
+                 on_sample=progress.update, should_stop=stop_requested.is_set)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        progress.close()
+        pair.close()
+    if stop_requested.is_set():
+        print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
+    return _report(out)
+
+
+def _report(directory: str | Path | None) -> int:
+    if directory is None:
+        raise UserError("usage: relaxtui eval report DIR")
+    run_info, records = load_records(Path(directory))
+    if not records:
+        raise UserError(f"{directory} has no results yet")
+    summaries = summarise(records)
+    title = f"{run_info['task']} — {run_info['verifier']} / {run_info['drafter']} (T={run_info['temperature']})"
+    print(title)
+    print(render_table(summaries))
+    for path in write_reports(Path(directory), summaries, title):
+        print(f"wrote {path}")
+    return 0
+
+
+class ProgressBar:
+    """One status line: done/total, ETA, running accuracy and tokens/s (a new line per sample off a tty)."""
+
+    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.started = time.perf_counter()
+        self.correct = self.ran = self.tokens = 0
+        self.decode = 0.0
+
+    def update(self, done: SampleDone) -> None:
+        record = done.record
+        self.ran += 1
+        self.correct += record["correct"]
+        self.tokens += record["output_tokens"]
+        self.decode += record["decode_s"]
+        elapsed = time.perf_counter() - self.started
+        remaining = done.total - done.done
+        eta = elapsed / self.ran * remaining
+        width = 24
+        filled = int(width * done.done / done.total)
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {done.done}/{done.total} "
+                f"ETA {int(eta // 60)}m{int(eta % 60):02d}s  acc {100 * self.correct / self.ran:.1f}%  "
+                f"{self.tokens / self.decode if self.decode else 0:.1f} tok/s  {record['config']['label']}")
+        self.stream.write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.ran:
+            self.stream.write("\n")

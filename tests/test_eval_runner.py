@@ -1,0 +1,179 @@
+"""The eval runner: results written as they finish, resumed without loss or repeats, reports rebuilt."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from relaxtui.cli import main
+from relaxtui.decoding.backend import FakeBackend
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
+from relaxtui.evals.degeneracy import is_degenerate
+from relaxtui.evals.report import pareto_front, summarise
+from relaxtui.evals.results import ResultsStore
+from relaxtui.evals.runner import EvalPlan, run_eval
+from relaxtui.evals.tasks import get
+
+DIGITS = [f"{d}".encode() for d in range(10)]
+
+
+def digit_backend(seed: int) -> FakeBackend:
+    """A 10-token 'model' whose tokens render as digits: its outputs parse as AIME integers."""
+    table = np.random.default_rng(seed).normal(size=(10, 10))
+    return FakeBackend(lambda ctx: table[ctx[-1]], 10, pieces=DIGITS)
+
+
+def fake_run(tmp_path, plan, samples, should_stop=lambda: False, written=None):
+    store = ResultsStore(tmp_path / "run")
+    verifier, drafter = digit_backend(1), ModelDrafter(digit_backend(2), 10)
+    run_eval(get("aime"), samples, plan, {"task": "aime", "note": "fake"}, store, verifier, drafter,
+             lambda sample: [len(sample.id) % 10], on_sample=(written.append if written is not None else
+                                                               lambda _: None), should_stop=should_stop)
+    return store
+
+
+PLAN = EvalPlan(rules=("strict", "mentored"), alphas=(0.5,), draft_max=(2,), no_spec=True, repeats=2,
+                max_tokens=3, sampling=SamplingParams(1.0, 0, 1.0))
+
+
+def test_runner_writes_every_point_problem_and_seed(tmp_path):
+    samples = get("aime").load()[:3]
+    store = fake_run(tmp_path, PLAN, samples)
+    records = list(store.records())
+    assert len(records) == 3 * 3 * 2  # configs x problems x repeats
+    assert {r["config"]["label"] for r in records} == {"no-spec", "strict N=2", "mentored(0.5) N=2"}
+    assert {r["seed"] for r in records} == {0, 1}
+    first = records[0]
+    for key in ("task", "problem_id", "config", "seed", "output", "parsed", "correct", "output_tokens", "truncated",
+                "degenerate", "rounds", "drafted", "accepted", "per_position_acceptance", "decode_s",
+                "tokens_per_s"):
+        assert key in first, key
+    assert first["task_version"] == 1 and first["output_tokens"] == 3
+
+
+def test_a_killed_run_resumes_with_nothing_lost_and_nothing_twice(tmp_path):
+    samples = get("aime").load()[:3]
+    written = []
+    fake_run(tmp_path, PLAN, samples, should_stop=lambda: len(written) >= 7, written=written)
+    path = tmp_path / "run" / "results.jsonl"
+    with path.open("a") as stream:
+        stream.write('{"config_id": "torn')  # the line a kill interrupted
+    kept = [json.loads(line) for line in path.read_text().splitlines()[:-1]]
+    assert len(kept) == 7
+    resumed = []
+    store = fake_run(tmp_path, PLAN, samples, written=resumed)
+    records = list(store.records())
+    assert len(resumed) == 18 - 7 and len(records) == 18
+    keys = [(r["config_id"], r["problem_id"], r["seed"]) for r in records]
+    assert len(set(keys)) == len(keys)
+    assert records[:7] == kept  # what was there is untouched
+
+
+def test_another_run_in_the_same_folder_is_refused(tmp_path):
+    store = ResultsStore(tmp_path / "run")
+    store.open_run({"task": "aime", "max_tokens": 32})
+    with pytest.raises(UserError, match="holds results of another run \\(differs in max_tokens\\)"):
+        ResultsStore(tmp_path / "run").open_run({"task": "aime", "max_tokens": 64})
+
+
+def test_summary_and_speedup_against_the_baseline(tmp_path):
+    store = fake_run(tmp_path, PLAN, get("aime").load()[:2])
+    summaries = summarise(store.records())
+    assert [s.label for s in summaries] == ["no-spec", "strict N=2", "mentored(0.5) N=2"]
+    baseline = summaries[0]
+    assert baseline.speedup == pytest.approx(1.0) and baseline.samples == 4
+    for s in summaries[1:]:
+        assert s.speedup == pytest.approx(s.tokens_per_s / baseline.tokens_per_s)
+        assert 0 < s.acceptance_rate <= 1
+
+
+def test_pareto_front():
+    assert pareto_front([(1, 50), (1.2, 45), (1.1, 40), (0.9, 55)]) == [(0.9, 55), (1, 50), (1.2, 45)]
+
+
+def test_degeneracy_flag():
+    assert is_degenerate([1, 2, 3, 4] * 2 + [7, 8] * 20)
+    assert is_degenerate(list(range(30)) + [5] * 30)
+    assert not is_degenerate(list(range(60)))
+    assert not is_degenerate([1, 2] * 5)  # too short to call
+
+
+# -- CLI: bad input ---------------------------------------------------------------------------------------------
+def fails(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("relaxtui: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_unknown_task(capsys):
+    fails(capsys, ["eval", "mmlu"], "unknown task 'mmlu'; known tasks: aime, aime25, math500, gpqa, lcb, humaneval")
+
+
+def test_malformed_data_file_names_the_line(capsys, tmp_path):
+    data = tmp_path / "aime.jsonl"
+    data.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", oops}\n')
+    fails(capsys, ["eval", "aime", "--data", str(data)], f"{data}:2: malformed JSON")
+
+
+def test_missing_field_names_the_line(capsys, tmp_path):
+    data = tmp_path / "aime.jsonl"
+    data.write_text('{"id": "a", "problem": "1+1"}\n')
+    fails(capsys, ["eval", "aime", "--data", str(data)], f"{data}:1: missing field(s) answer")
+
+
+def test_gated_dataset_without_a_token(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # no stored login either
+    fails(capsys, ["eval", "gpqa"], "Idavidrein/gpqa is gated on the Hugging Face hub and no token was found")
+
+
+def test_out_not_writable(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    fails(capsys, ["eval", "aime", "--limit", "1", "--out", str(blocker / "sub")], "is not writable")
+
+
+def test_folder_of_another_run_is_refused_before_loading_models(capsys, tmp_path):
+    out = tmp_path / "run"
+    ResultsStore(out).open_run({"task": "math500"})
+    fails(capsys, ["eval", "aime", "--limit", "1", "--out", str(out)], "holds results of another run")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["eval", "aime", "--rule", "nope"], "unknown rule 'nope'"),
+    (["eval", "aime", "--rule", "mentored", "--alpha", "2"], "out of range for 'mentored'"),
+    (["eval", "aime", "--limit", "0"], "--limit must be >= 1"),
+    (["eval", "aime", "--draft-max", "0"], "--draft-max values must be >= 1"),
+    (["eval", "report"], "usage: relaxtui eval report DIR"),
+])
+def test_bad_eval_options(capsys, argv, message):
+    fails(capsys, argv, message)
+
+
+def test_report_of_a_folder_without_results(capsys, tmp_path):
+    fails(capsys, ["eval", "report", str(tmp_path)], "is not an eval run folder")
+
+
+# -- real model ---------------------------------------------------------------------------------------------------
+@pytest.mark.model
+def test_real_eval_writes_resumes_and_reports(capsys, tmp_path, test_model_path):
+    out = tmp_path / "aime"
+    argv = ["eval", "aime", "--limit", "2", "--max-tokens", "32", "--verifier", str(test_model_path), "--drafter",
+            str(test_model_path), "--no-spec", "--ctx-size", "1024", "--out", str(out)]
+    assert main(argv) == 0
+    first = (out / "results.jsonl").read_text().splitlines()
+    assert len(first) == 4  # (no-spec + strict) x 2 problems
+    assert main(argv) == 0  # resume: everything is done, nothing runs twice
+    assert (out / "results.jsonl").read_text().splitlines() == first
+    capsys.readouterr()
+    (out / "summary.md").unlink()
+    assert main(["eval", "report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "no-spec" in printed and "strict N=3" in printed
+    assert (out / "summary.md").exists() and (out / "summary.csv").exists()
+    assert (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,87 @@
+"""The code sandbox: loops killed, memory bombs contained, network refused, results judged."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from relaxtui.evals import sandbox
+from relaxtui.evals.sandbox import run_python
+from relaxtui.evals.tasks.base import Sample
+from relaxtui.evals.tasks.humaneval import HumanEval
+from relaxtui.evals.tasks.lcb import LiveCodeBench
+
+
+def test_normal_program_runs_with_stdin():
+    result = run_python("import sys\nprint(sum(map(int, sys.stdin.read().split())))", stdin="2 3 4")
+    assert result.ok and result.stdout.strip() == "9"
+
+
+def test_infinite_loop_is_killed_with_its_children():
+    started = time.perf_counter()
+    code = "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\nwhile True: pass"
+    result = run_python(code, timeout_s=1.0)
+    assert result.timed_out and not result.ok
+    assert time.perf_counter() - started < 5
+
+
+def test_memory_bomb_is_contained():
+    result = run_python("blocks = []\nwhile True:\n    blocks.append(bytearray(50_000_000))", memory_mb=256,
+                        timeout_s=10)
+    assert not result.ok and not result.timed_out
+    assert "MemoryError" in result.stderr
+
+
+@pytest.mark.parametrize("namespace", [True, False], ids=["netns-if-available", "guard-only"])
+def test_network_is_refused(namespace, monkeypatch):
+    if not namespace:
+        monkeypatch.setattr(sandbox, "_unshare_prefix", lambda: ())
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+    code = f"import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', {port}))\nprint('connected')"
+    result = sandbox.run_python(code, timeout_s=4)
+    server.close()
+    assert not result.ok and "connected" not in result.stdout
+    assert not accepted
+
+
+def test_runs_in_its_own_temporary_directory(tmp_path):
+    result = run_python("import os\nopen('scratch.txt', 'w').write('x')\nprint(os.getcwd())")
+    assert result.ok and "relaxtui-sandbox-" in result.stdout
+    assert not (tmp_path / "scratch.txt").exists()
+
+
+def test_humaneval_scores_a_correct_and_a_wrong_completion():
+    task = HumanEval()
+    sample = next(s for s in task.load() if s.id == "HumanEval/0")
+    good = ("```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold "
+            "for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```")
+    bad = "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    assert task.score(good, sample).correct
+    assert not task.score(bad, sample).correct
+    assert task.score("I don't know", sample).detail == "no code block"
+
+
+def test_lcb_stdin_and_functional_tests():
+    task = LiveCodeBench(timeout_s=3)
+    stdin_sample = Sample("s", (), None, {"func_name": None, "tests": [
+        {"input": "3\n1 2 3\n", "output": "6\n", "testtype": "stdin"},
+        {"input": "2\n5 5\n", "output": "10\n", "testtype": "stdin"}]})
+    solution = "```python\nn = int(input())\nprint(sum(map(int, input().split())))\n```"
+    assert task.score(solution, stdin_sample).correct
+    assert not task.score("```python\nprint(6)\n```", stdin_sample).correct
+    functional = Sample("f", (), None, {"func_name": "twoSum", "tests": [
+        {"input": "[2, 7, 11, 15]\n9", "output": "[0, 1]", "testtype": "functional"}]})
+    code = ("```python\nclass Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
+            "        for i, n in enumerate(nums):\n            if target - n in seen:\n"
+            "                return [seen[target - n], i]\n            seen[n] = i\n```")
+    assert task.score(code, functional).correct
+    looping = "```python\nwhile True:\n    pass\n```"
+    assert task.score(looping, stdin_sample).detail == "test 1: timeout"
