@@ -55,7 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(draft_p_min=0.0)
 
+    from relaxtui.commands import chat as chat_command
     from relaxtui.commands import eval as eval_command
+
+    chat = sub.add_parser("chat", help="the chat TUI: every token coloured by verdict, live stats, inspector")
+    chat_command.add_arguments(chat)
+    add_model_options(chat)
+    add_sampling_options(chat)
 
     evaluate = sub.add_parser("eval", help="score capability and speed on a benchmark (resumable)")
     eval_command.add_arguments(evaluate)

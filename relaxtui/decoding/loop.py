@@ -10,13 +10,14 @@ code, so baseline and speculative numbers are comparable.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from relaxtui.decoding.acceptance import Emitted, accept_round
 from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.events import Event, Finished, Metrics, RoundTiming, TokenEvent
 from relaxtui.decoding.sampling import SamplingParams, spawn_generators
@@ -52,36 +53,6 @@ class GenerationConfig:
 
 
 @dataclass
-class _Counters:
-    draft_max: int
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    llama_s: float = 0.0
-    reached: list[int] = field(default_factory=list)
-    accepted_at: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.reached = [0] * self.draft_max
-        self.accepted_at = [0] * self.draft_max
-
-    def observe_round(self, n_drafted: int, n_accepted: int, timing: RoundTiming) -> None:
-        """vLLM's observe_draft: position i is *reached* when drafts 1..i-1 were accepted."""
-        self.rounds += 1
-        self.drafted += n_drafted
-        self.accepted += n_accepted
-        for position in range(min(n_drafted, n_accepted + 1)):
-            self.reached[position] += 1
-        for position in range(n_accepted):
-            self.accepted_at[position] += 1
-        self.draft_s += timing.draft_s
-        self.verify_s += timing.verify_s
-        self.llama_s += timing.llama_s
-
-
-@dataclass
 class DraftLength:
     """The N of the next round: fixed, or adapted from the last round's acceptance (grow by one after a
     fully accepted draft, shrink by one after a rejection at the first position), within [minimum, maximum]."""
@@ -113,8 +84,12 @@ def _top(row: np.ndarray | None, k: int) -> tuple[tuple[int, float], ...]:
 
 def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig, *,
              drafter: Drafter | None = None, rule: Rule | None = None,
-             should_stop=lambda: False) -> Iterator[Event]:
-    """Yield a TokenEvent per emitted token, then one Finished with the SPEC §3 metrics."""
+             should_stop: Callable[[], bool] = lambda: False,
+             clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
+    """Yield a TokenEvent per emitted token, then one Finished with the SPEC §3 metrics.
+
+    ``should_stop`` is polled once per round (the TUI's stop button, Ctrl-C); ``clock`` is the timer behind
+    every timing (a fake clock makes timings deterministic for snapshots)."""
     rule = rule or Strict()
     sampling = config.sampling
     if sampling.greedy and not rule.greedy_ok:
@@ -131,22 +106,22 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
     draft_max = config.draft_max if drafter is not None else 0
     draft_length = DraftLength(draft_max, max(config.draft_min, 1), config.adaptive)
 
-    started = time.perf_counter()
+    started = clock()
     verifier.reset()
     if len(prompt) > 1:
         verifier.decode(prompt[:-1])
     if drafter is not None:
         drafter.begin(prompt)
-    prefill_s = time.perf_counter() - started
+    prefill_s = clock() - started
 
-    counters = _Counters(draft_max)
+    counters = RoundCounters(draft_max)
     decoder = StreamDecoder()
     context = list(prompt)
     last = prompt[-1]
     output: list[int] = []
     text_parts: list[str] = []
     finish = "max_tokens"
-    decode_started = time.perf_counter()
+    decode_started = clock()
     llama_before = _llama_seconds(verifier, drafter)
     while len(output) < config.max_tokens:
         if should_stop():
@@ -159,18 +134,18 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
             break
         n = min(draft_length.current, room, config.max_tokens - len(output) - 1)
         round_llama = _llama_seconds(verifier, drafter)
-        t0 = time.perf_counter()
+        t0 = clock()
         draft = drafter.draft(context, n, sampling, draft_rng) if (drafter is not None and n > 0) else None
         draft_tokens = draft.tokens if draft is not None else []
         if len(draft_tokens) < config.draft_min:  # llama.cpp's --draft-min: too short to pay for itself
             draft, draft_tokens = None, []
-        t1 = time.perf_counter()
+        t1 = clock()
         try:
             target_logits = verifier.decode([last, *draft_tokens], logits_rows=range(len(draft_tokens) + 1))
         except ContextFull:
             finish = "context"
             break
-        t2 = time.perf_counter()
+        t2 = clock()
         can_extend = drafter is not None and getattr(drafter, "model", None) is not None
         bonus_draft = (lambda: drafter.next_distribution(sampling)) if can_extend else None
         emitted = accept_round(draft_tokens, draft.probs if draft else np.empty((0, 0)),
@@ -178,10 +153,10 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
                                bonus_draft=bonus_draft, bonus=config.bonus)
         n_accepted = len(emitted) - 1
         verifier.rollback(base + 1 + n_accepted)  # keep `last` and the accepted drafts
-        t3 = time.perf_counter()
+        t3 = clock()
         timing = RoundTiming(counters.rounds, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, t3 - t2,
                              _llama_seconds(verifier, drafter) - round_llama)
-        counters.observe_round(len(draft_tokens), n_accepted, timing)
+        counters.observe_round(timing)
         draft_length.observe(len(draft_tokens), n_accepted)
         stop = False
         for item in emitted:
@@ -198,7 +173,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
             break
     tail = decoder.flush()
     text_parts.append(tail)
-    decode_s = time.perf_counter() - decode_started
+    decode_s = clock() - decode_started
     metrics = Metrics(
         prompt_tokens=len(prompt), output_tokens=len(output), rounds=counters.rounds, drafted=counters.drafted,
         accepted=counters.accepted, per_position_reached=tuple(counters.reached),

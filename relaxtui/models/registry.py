@@ -81,5 +81,5 @@ MODEL_SETS: dict[str, tuple[PackagedModel | DerivedModel, ...]] = {
 }
 
 DEFAULT_VERIFIER = VERIFIER.file_name
-DEFAULT_DRAFTER = DRAFTER.file_name
+DEFAULT_DRAFTER = DRAFTER_Q4_0.file_name
 TEST_MODEL = SMOLLM2.file_name

@@ -1,0 +1,1 @@
+"""The Textual chat app: every token coloured by how it was produced, live statistics, a token inspector."""

@@ -1,0 +1,317 @@
+"""The relaxtui chat app: compose, key bindings, and the worker that turns the event stream into messages.
+
+Blocking work (loading models, generating) runs in thread workers that never touch widgets: they post
+messages (thread-safe), and small handlers update the UI. A Started/Finished/Failed trio keeps the UI
+consistent whatever happens; stop is immediate because the loop polls it every round.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message as TextualMessage
+from textual.widgets import Footer, Header, Input, LoadingIndicator, Static
+
+from relaxtui.decoding.events import Finished, Metrics, TokenEvent
+from relaxtui.engine.text import Message
+from relaxtui.errors import UserError
+from relaxtui.tui.engine import ChatEngine, ChatSettings, CostInfo
+from relaxtui.tui.save import save_transcript
+from relaxtui.tui.widgets.inspector import InspectorPanel
+from relaxtui.tui.widgets.settings import SettingsPanel
+from relaxtui.tui.widgets.stats import StatsPanel
+from relaxtui.tui.widgets.transcript import AssistantMessage, Legend, TokenView, Transcript, UserMessage
+
+
+class RelaxApp(App[None]):
+    TITLE = "relaxtui"
+    CSS_PATH = "styles/app.tcss"
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "quit", priority=True),
+        Binding("escape", "stop", "stop"),
+        Binding("ctrl+n", "new_chat", "new chat"),
+        Binding("ctrl+s", "save", "save"),
+        Binding("f2", "toggle('#settings')", "settings"),
+        Binding("f3", "toggle('StatsPanel')", "stats"),
+        Binding("f4", "toggle('InspectorPanel')", "inspector"),
+        Binding("f6", "toggle_theme", "theme"),
+    ]
+
+    @dataclass
+    class Loaded(TextualMessage):
+        cost: CostInfo
+
+    @dataclass
+    class LoadFailed(TextualMessage):
+        reason: str
+
+    @dataclass
+    class Progress(TextualMessage):
+        text: str
+
+    @dataclass
+    class GenerationStarted(TextualMessage):
+        draft_max: int
+
+    @dataclass
+    class TokenReceived(TextualMessage):
+        event: TokenEvent
+
+    @dataclass
+    class GenerationFinished(TextualMessage):
+        text: str
+        metrics: Metrics
+
+    @dataclass
+    class GenerationFailed(TextualMessage):
+        reason: str
+
+    def __init__(self, engine: ChatEngine, settings: ChatSettings | None = None,
+                 save_dir: Path | None = None) -> None:
+        super().__init__()
+        self.engine = engine
+        self.settings = settings or ChatSettings(drafter=engine.drafter_name)
+        self.save_dir = save_dir or Path("transcripts")
+        self.conversation: list[Message] = []
+        self.events: list[TokenEvent] = []  # every generated token of the conversation, in order
+        self.selected: int | None = None
+        self.generating = False
+        self.ready = False
+        self._stop = threading.Event()
+        self._current: AssistantMessage | None = None
+        self.last_metrics: Metrics | None = None
+
+    # -- layout --------------------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            yield Vertical(SettingsPanel(self.settings, [self.settings.drafter]), id="settings", classes="-hidden")
+            yield Transcript(id="transcript")
+            with Vertical(id="sidebar"):
+                yield StatsPanel()
+                yield InspectorPanel(self.engine.piece)
+        yield Legend(id="legend")
+        yield LoadingIndicator(id="loading")
+        yield Static("", id="status")
+        yield Input(placeholder="loading models…", id="prompt", disabled=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load_models()
+
+    # -- loading -------------------------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="models")
+    def load_models(self) -> None:
+        try:
+            cost = self.engine.load(lambda text: self.post_message(self.Progress(text)))
+        except UserError as exc:
+            self.post_message(self.LoadFailed(str(exc)))
+            return
+        except Exception as exc:  # a model that llama.cpp rejects must not kill the app
+            self.post_message(self.LoadFailed(f"model load failed: {exc}"))
+            return
+        self.post_message(self.Loaded(cost))
+
+    @on(Progress)
+    def show_progress(self, message: Progress) -> None:
+        self.query_one("#status", Static).update(message.text)
+
+    @on(Loaded)
+    def models_loaded(self, message: Loaded) -> None:
+        self.ready = True
+        self.query_one("#loading").add_class("-hidden")
+        self.query_one(StatsPanel).set_cost(message.cost)
+        prompt = self.query_one("#prompt", Input)
+        prompt.disabled = False
+        prompt.placeholder = "message the verifier (enter to send)"
+        prompt.focus()
+        self.settings = replace(self.settings, drafter=self.engine.drafter_name)
+        self._rebuild_settings()
+        self._status_idle()
+
+    @on(LoadFailed)
+    def load_failed(self, message: LoadFailed) -> None:
+        self.query_one("#loading").add_class("-hidden")
+        self.query_one("#status", Static).update(f"not ready: {message.reason}")
+        self.notify(message.reason, title="model load failed", severity="error", timeout=10)
+        self.query_one("#prompt", Input).disabled = not self.ready
+
+    def _rebuild_settings(self) -> None:
+        holder = self.query_one("#settings", Vertical)
+        holder.remove_children()
+        holder.mount(SettingsPanel(self.settings, self.engine.drafter_choices()))
+
+    def _status_idle(self) -> None:
+        s = self.settings
+        knob = "" if s.knob is None else f" {s.knob:g}"
+        self.query_one("#status", Static).update(
+            f"{s.rule}{knob} · N={s.draft_max} · T={s.temperature:g} · drafter {self.engine.drafter_name}"
+            f" · F2 settings")
+
+    # -- sending and streaming -----------------------------------------------------------------------------------
+    @on(Input.Submitted, "#prompt")
+    def send(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text or not self.ready:
+            return
+        if self.generating:
+            self.notify("still generating: press escape to stop first", severity="warning")
+            return
+        event.input.value = ""
+        self.conversation.append(Message("user", text))
+        transcript = self.query_one(Transcript)
+        transcript.mount(UserMessage(text))
+        self._current = AssistantMessage()
+        transcript.mount(self._current)
+        transcript.scroll_end(animate=False)
+        self.generating = True
+        self._stop.clear()
+        self.generate_reply(list(self.conversation), self.settings)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
+    def generate_reply(self, conversation: list[Message], settings: ChatSettings) -> None:
+        try:
+            self.post_message(self.GenerationStarted(settings.draft_max if self.engine.drafter else 0))
+            for event in self.engine.stream(conversation, settings, self._stop.is_set):
+                if isinstance(event, Finished):
+                    self.post_message(self.GenerationFinished(event.text, event.metrics))
+                else:
+                    self.post_message(self.TokenReceived(event))
+        except UserError as exc:
+            self.post_message(self.GenerationFailed(str(exc)))
+        except Exception as exc:
+            self.post_message(self.GenerationFailed(f"generation failed: {exc}"))
+
+    @on(GenerationStarted)
+    def generation_started(self, message: GenerationStarted) -> None:
+        self.query_one(StatsPanel).reset(message.draft_max)
+        self.query_one("#status", Static).update("generating… (escape stops)")
+
+    @on(TokenReceived)
+    def token_received(self, message: TokenReceived) -> None:
+        index = len(self.events)
+        self.events.append(message.event)
+        if self._current is not None:
+            self._current.add(index, message.event)
+        self.query_one(StatsPanel).observe(message.event)
+        transcript = self.query_one(Transcript)
+        if transcript.max_scroll_y - transcript.scroll_y < 3:
+            transcript.scroll_end(animate=False)
+
+    @on(GenerationFinished)
+    def generation_finished(self, message: GenerationFinished) -> None:
+        self.generating = False
+        self.last_metrics = message.metrics
+        self.query_one(StatsPanel).finish(message.metrics)
+        self.conversation.append(Message("assistant", message.text))
+        m = message.metrics
+        ending = {"eog": "done", "max_tokens": "hit max tokens", "context": "context full (truncated)",
+                  "stopped": "stopped"}[m.finish_reason]
+        self.query_one("#status", Static).update(
+            f"{ending}: {m.output_tokens} tokens, {m.tokens_per_s:.1f} tok/s, acceptance {m.acceptance_rate:.2f}")
+        if m.finish_reason == "context":
+            self.notify("the context window is full; start a new chat (ctrl+n)", severity="warning")
+
+    @on(GenerationFailed)
+    def generation_failed(self, message: GenerationFailed) -> None:
+        self.generating = False
+        if self._current is not None and not (self._current.answer_view.tokens or
+                                               self._current.thinking_view.tokens):
+            self._current.remove()
+            self.conversation.pop()
+        self.notify(message.reason, title="generation failed", severity="error", timeout=8)
+        self._status_idle()
+
+    def action_stop(self) -> None:
+        if self.generating:
+            self._stop.set()
+
+    # -- inspector -----------------------------------------------------------------------------------------------
+    @on(TokenView.Clicked)
+    def token_clicked(self, message: TokenView.Clicked) -> None:
+        self.select(message.index)
+
+    @on(Transcript.CursorMoved)
+    def cursor_moved(self, message: Transcript.CursorMoved) -> None:
+        if not self.events:
+            return
+        if message.delta is None:
+            self.select(message.index % len(self.events))
+        else:
+            current = self.selected if self.selected is not None else len(self.events)
+            self.select(min(max(current + message.delta, 0), len(self.events) - 1))
+
+    def select(self, index: int | None) -> None:
+        self.selected = index
+        for reply in self.query(AssistantMessage):
+            reply.select(index)
+        self.query_one(InspectorPanel).show(self.events[index] if index is not None else None)
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    @on(SettingsPanel.Invalid)
+    def settings_invalid(self, message: SettingsPanel.Invalid) -> None:
+        self.notify(message.reason, title="invalid settings", severity="error")
+
+    @on(SettingsPanel.Applied)
+    def settings_applied(self, message: SettingsPanel.Applied) -> None:
+        if self.generating:
+            self.notify("settings apply between messages: stop or wait first", severity="warning")
+            return
+        drafter_changed = message.settings.drafter != self.engine.drafter_name
+        self.settings = message.settings
+        if drafter_changed:
+            self.ready = False
+            self.query_one("#prompt", Input).disabled = True
+            self.query_one("#loading").remove_class("-hidden")
+            self.switch_drafter(message.settings.drafter)
+        else:
+            self._status_idle()
+            self.notify("settings applied")
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="models")
+    def switch_drafter(self, name: str) -> None:
+        try:
+            cost = self.engine.set_drafter(name, lambda text: self.post_message(self.Progress(text)))
+        except UserError as exc:
+            self.post_message(self.LoadFailed(str(exc)))
+            self.ready = True
+            return
+        self.post_message(self.Loaded(cost))
+
+    # -- chat actions --------------------------------------------------------------------------------------------
+    def action_new_chat(self) -> None:
+        if self.generating:
+            self._stop.set()
+        self.conversation.clear()
+        self.events.clear()
+        self.selected = None
+        self._current = None
+        self.query_one(Transcript).remove_children()
+        self.query_one(InspectorPanel).show(None)
+        self.query_one(StatsPanel).reset(0)
+        self._status_idle()
+
+    def action_save(self) -> None:
+        if not self.conversation:
+            self.notify("nothing to save yet", severity="warning")
+            return
+        stem = self.save_dir / f"chat-{datetime.now():%Y%m%d-%H%M%S}"
+        try:
+            markdown, events = save_transcript(stem, self.conversation, self.events, self.settings)
+        except OSError as exc:
+            self.notify(f"could not save: {exc.strerror}", severity="error")
+            return
+        self.notify(f"saved {markdown} and {events}", title="transcript saved")
+
+    def action_toggle(self, selector: str) -> None:
+        self.query_one(selector).toggle_class("-hidden")
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"

@@ -1,0 +1,239 @@
+"""What the chat app talks to: a small engine interface with a llama.cpp implementation and a fake one.
+
+The app never touches models: it asks an engine to load (in a worker thread), to stream events for a
+conversation under some settings, and to render token ids. The fake engine runs the *real* loop on
+FakeBackend models with a deterministic clock, so Pilot and snapshot tests exercise the true event stream.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from relaxtui.decoding.backend import FakeBackend
+from relaxtui.decoding.drafters import Drafter, ModelDrafter
+from relaxtui.decoding.events import Event
+from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.ngram import NgramDrafter
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.text import Message
+from relaxtui.errors import UserError
+from relaxtui.rules import RULES, Rule, make
+
+NO_DRAFTER = "none"
+NGRAM = "ngram"
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """Everything the settings panel edits; ``validated()`` turns it into a rule and a generation config."""
+
+    rule: str = "strict"
+    knob: float | None = None
+    draft_max: int = 3
+    temperature: float = 0.6
+    top_k: int = 20
+    top_p: float = 0.95
+    thinking: bool = False
+    drafter: str = NO_DRAFTER
+    max_tokens: int = 512
+    seed: int = 0
+
+    def validated(self) -> tuple[Rule, GenerationConfig]:
+        """Raise UserError (one clear line) on any bad value; return what the loop needs."""
+        if self.rule not in RULES:
+            make(self.rule)
+        sampling = SamplingParams(self.temperature, self.top_k, self.top_p)
+        rule = make(self.rule, self.knob, temperature=self.temperature or 1.0)
+        if sampling.greedy and not rule.greedy_ok:
+            raise UserError(f"rule {self.rule!r} cannot run greedy (temperature 0)")
+        config = GenerationConfig(draft_max=self.draft_max, max_tokens=self.max_tokens, sampling=sampling,
+                                  seed=self.seed, top_alternatives=5)
+        return rule, config
+
+
+@dataclass(frozen=True)
+class CostInfo:
+    """Measured at load: single-step times, c_rel and the verify-cost curve, for the modelled speed-up."""
+
+    verifier_step_s: float
+    drafter_step_s: float
+    v: tuple[float, ...]
+
+    @property
+    def c_rel(self) -> float:
+        return self.drafter_step_s / self.verifier_step_s if self.verifier_step_s else 0.0
+
+    @property
+    def baseline_tokens_per_s(self) -> float:
+        return 1.0 / self.verifier_step_s if self.verifier_step_s else 0.0
+
+
+class ChatEngine:
+    """Interface (and shared streaming logic); subclasses own the models."""
+
+    verifier: object
+    drafter: Drafter | None
+    drafter_name: str = NO_DRAFTER
+    supports_thinking: bool = False
+
+    def load(self, progress: Callable[[str], None]) -> CostInfo:
+        raise NotImplementedError
+
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> CostInfo:
+        raise NotImplementedError
+
+    def drafter_choices(self) -> list[str]:
+        raise NotImplementedError
+
+    def prompt_tokens(self, messages: Sequence[Message], thinking: bool) -> list[int]:
+        raise NotImplementedError
+
+    def piece(self, token: int) -> str:
+        raise NotImplementedError
+
+    def clock(self) -> Callable[[], float] | None:
+        return None
+
+    def stream(self, messages: Sequence[Message], settings: ChatSettings,
+               should_stop: Callable[[], bool]) -> Iterator[Event]:
+        rule, config = settings.validated()
+        tokens = self.prompt_tokens(messages, settings.thinking)
+        drafter = self.drafter if settings.draft_max > 0 else None
+        extra = {"clock": self.clock()} if self.clock() is not None else {}
+        return generate(self.verifier, tokens, config, drafter=drafter, rule=rule,  # type: ignore[arg-type]
+                        should_stop=should_stop, **extra)
+
+    def close(self) -> None:
+        pass
+
+
+class LlamaChatEngine(ChatEngine):
+    """The real thing: a verifier and a drafter through llama.cpp (loaded in the app's worker thread)."""
+
+    def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
+        self.options = options  # relaxtui.session.ModelOptions
+        self.pair = None
+        self.drafter = None
+        self.drafter_name = options.drafter or NO_DRAFTER
+
+    def load(self, progress: Callable[[str], None]) -> CostInfo:
+        from relaxtui.session import chat_template, load_pair
+
+        progress(f"loading {self.options.verifier} and {self.options.drafter or 'no drafter'}…")
+        self.pair = load_pair(self.options)
+        self.verifier = self.pair.verifier
+        self.drafter = self.pair.drafter
+        self.template = chat_template(self.pair.verifier)
+        self.supports_thinking = self.template.supports_thinking
+        return self._measure(progress)
+
+    def _measure(self, progress: Callable[[str], None]) -> CostInfo:
+        from relaxtui.costmodel.measure import step_time, verify_curve
+
+        progress("measuring step times and v(k)…")
+        verifier_step = step_time(self.verifier, repeats=3, warmup=1)
+        model = getattr(self.drafter, "model", None)
+        drafter_step = step_time(model, repeats=3, warmup=1) if model is not None else 0.0
+        curve = verify_curve(self.verifier, 9, repeats=2)
+        return CostInfo(verifier_step, drafter_step, tuple(curve))
+
+    def drafter_choices(self) -> list[str]:
+        from relaxtui.models.store import list_models
+
+        names = [info.path.name for info in list_models() if info.vocab_size == self.verifier.n_vocab]
+        return [NO_DRAFTER, NGRAM, *names]
+
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> CostInfo:
+        from relaxtui.decoding.vocab import check_vocab
+        from relaxtui.engine.llama import LlamaModel
+        from relaxtui.models.store import resolve_model
+
+        old = getattr(self.drafter, "model", None)
+        if name == NO_DRAFTER:
+            self.drafter = None
+        elif name == NGRAM:
+            self.drafter = NgramDrafter(self.verifier.n_vocab)
+        else:
+            progress(f"loading drafter {name}…")
+            path = resolve_model(name)
+            model = LlamaModel(path, n_ctx=self.options.ctx_size, n_threads=self.options.threads)
+            try:
+                check_vocab(self.verifier, model, names=(self.verifier.path.name, path.name))
+            except UserError:
+                model.close()
+                raise
+            self.drafter = ModelDrafter(model, self.verifier.n_vocab)
+        if old is not None:
+            old.close()
+        self.drafter_name = name
+        return self._measure(progress)
+
+    def prompt_tokens(self, messages: Sequence[Message], thinking: bool) -> list[int]:
+        rendered = self.template.render(messages, thinking=thinking if self.supports_thinking else None)
+        return self.verifier.tokenize(rendered, add_special=False, parse_special=True)
+
+    def piece(self, token: int) -> str:
+        return self.verifier.token_piece(token).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if self.pair is not None:
+            self.pair.close()
+            model = getattr(self.drafter, "model", None)
+            if model is not None and model is not getattr(self.pair.drafter, "model", None):
+                model.close()
+
+
+FAKE_WORDS = (" the", " cat", " sat", " on", " a", " warm", " mat", ".", " It", " purred", " softly", ",",
+              " and", " slept", " well", "\n")
+
+
+class FakeChatEngine(ChatEngine):
+    """Deterministic demo engine: a 16-word Markov 'verifier' and a noisier 'drafter' through the real loop."""
+
+    def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096) -> None:
+        vocab = len(FAKE_WORDS)
+        rng = np.random.default_rng(seed)
+        target = rng.normal(scale=2.5, size=(vocab, vocab))
+        draft = target + rng.normal(scale=1.2, size=(vocab, vocab))
+        pieces = [w.encode() for w in FAKE_WORDS]
+
+        def verifier_logits(context: tuple[int, ...]) -> np.ndarray:
+            if delay_s:
+                time.sleep(delay_s)  # a slow 'model', so tests can stop a generation mid-stream
+            return target[context[-1]]
+
+        self.verifier = FakeBackend(verifier_logits, vocab, pieces=pieces, n_ctx=n_ctx)
+        self._draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx)
+        self.drafter = ModelDrafter(self._draft_model, vocab)
+        self.drafter_name = "fake-drafter"
+        self.step_s = step_s
+
+    def load(self, progress: Callable[[str], None]) -> CostInfo:
+        progress("loading fake models…")
+        return CostInfo(0.1, 0.03, (1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4, 3.8, 4.2))
+
+    def drafter_choices(self) -> list[str]:
+        return [NO_DRAFTER, NGRAM, "fake-drafter"]
+
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> CostInfo:
+        self.drafter = {NO_DRAFTER: None, NGRAM: NgramDrafter(self.verifier.n_vocab)}.get(
+            name, ModelDrafter(self._draft_model, self.verifier.n_vocab))
+        self.drafter_name = name
+        return self.load(progress)
+
+    def prompt_tokens(self, messages: Sequence[Message], thinking: bool) -> list[int]:
+        return [len(messages) % self.verifier.n_vocab, sum(len(m.content) for m in messages) % self.verifier.n_vocab]
+
+    def piece(self, token: int) -> str:
+        return FAKE_WORDS[token]
+
+    def clock(self) -> Callable[[], float]:
+        ticks = itertools.count()
+        return lambda: next(ticks) * self.step_s
+
+
