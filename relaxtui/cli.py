@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--n-max", type=int, default=5, help="largest draft length to run")
     bench.add_argument("--max-tokens", "-n", type=int, default=96)
     bench.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to run")
+    bench.add_argument("--prompt", action="append", default=[], help="your own prompt (repeatable)")
     bench.add_argument("--repeats", type=int, default=8, help="repeats of each step timing")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(draft_p_min=0.0)
@@ -67,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     eval_command.add_arguments(evaluate)
     add_model_options(evaluate)
     add_sampling_options(evaluate)
+
+    from relaxtui.commands import tune as tune_command
+
+    tune = sub.add_parser("tune", help="recommend draft length, drafter and knob for a task")
+    tune_command.add_arguments(tune)
+    add_model_options(tune)
+    add_sampling_options(tune)
 
     rules = sub.add_parser("rules", help="list the acceptance rules or time them")
     rsub = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)

@@ -17,7 +17,7 @@ MAX_BENCH_DRAFT = 16
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.n_max <= MAX_BENCH_DRAFT:
         raise UserError(f"--n-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
-    if not 1 <= args.prompts <= len(BENCH_PROMPTS):
+    if not args.prompt and not 1 <= args.prompts <= len(BENCH_PROMPTS):
         raise UserError(f"--prompts must be in 1..{len(BENCH_PROMPTS)} (got {args.prompts})")
     if args.max_tokens < 1 or args.repeats < 1:
         raise UserError("--max-tokens and --repeats must be >= 1")
@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
     params = sampling(args)
     pair = load_pair(options)
     try:
-        prompts = [prompt_tokens(pair.verifier, text) for text in BENCH_PROMPTS[: args.prompts]]
+        texts = args.prompt or BENCH_PROMPTS[: args.prompts]
+        prompts = [prompt_tokens(pair.verifier, text) for text in texts]
         progress = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True)) if not args.json else None
         result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.n_max, max_tokens=args.max_tokens,
                            sampling=params, seed=args.seed, repeats=args.repeats,

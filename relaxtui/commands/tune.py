@@ -1,0 +1,112 @@
+"""`relaxtui tune TASK`: a small grid of N, drafters and rule/knob pairs, scored by the eval runner, then
+the capability-vs-speed Pareto front and a plain recommendation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from relaxtui.commands.common import model_options, sampling
+from relaxtui.commands.eval import ProgressBar
+from relaxtui.errors import UserError
+from relaxtui.evals.report import render_table, summarise, write_reports
+from relaxtui.evals.results import ResultsStore
+from relaxtui.evals.runner import EvalPlan, run_eval
+from relaxtui.evals.tasks import get
+from relaxtui.evals.tune import recommend
+from relaxtui.models.registry import DEFAULT_DRAFTER
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task")
+    parser.add_argument("--limit", type=int, default=5, help="problems to score (K)")
+    parser.add_argument("--draft-max", nargs="+", type=int, default=[2, 3, 4], help="strict draft lengths to try")
+    parser.add_argument("--drafters", nargs="+", default=[DEFAULT_DRAFTER], help="drafter files, or 'ngram'")
+    parser.add_argument("--rule", nargs="+", default=["cactus", "mentored"], help="relaxed rules to try")
+    parser.add_argument("--alpha", nargs="+", type=float, default=[], help="knobs (default: 2 per rule's grid)")
+    parser.add_argument("--relaxed-n", type=int, default=None, help="N for relaxed rules (default: best strict)")
+    parser.add_argument("--max-drop", type=float, default=2.0, help="accuracy points you accept to lose")
+    parser.add_argument("--max-tokens", "-n", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="results folder (default results/tune-TASK)")
+    parser.add_argument("--data", type=Path, default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    from relaxtui.rules import PAPER_GRID
+    from relaxtui.session import chat_template, load_pair
+
+    task = get(args.task)
+    if args.limit < 1 or args.max_tokens < 1 or args.max_drop < 0:
+        raise UserError("--limit and --max-tokens must be >= 1 and --max-drop >= 0")
+    if any(n < 1 for n in args.draft_max) or (args.relaxed_n is not None and args.relaxed_n < 1):
+        raise UserError("draft lengths must be >= 1")
+    if "strict" in args.rule:
+        raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
+    samples = task.load(args.data)[: args.limit]
+    params = sampling(args)
+    out = args.out or Path("results") / f"tune-{args.task}"
+    all_records = []
+    for position, drafter in enumerate(args.drafters):
+        is_ngram = drafter == "ngram"
+        args.drafter, args.draft_kind = (None, "ngram") if is_ngram else (drafter, "model")
+        options = model_options(args)
+        if is_ngram:
+            options = replace(options, drafter="ngram")
+        stem = "ngram" if is_ngram else Path(drafter).name.removesuffix(".gguf")
+        manifest = {"task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
+                    "drafter": stem, "temperature": params.temperature, "top_k": params.top_k,
+                    "top_p": params.top_p, "max_tokens": args.max_tokens, "thinking": None, "bonus": "auto",
+                    "data": str(args.data) if args.data else None}
+        store = ResultsStore(out / stem)
+        store.open_run(manifest)
+        pair = load_pair(options)
+        template = chat_template(pair.verifier)
+
+        def tokenize(sample, pair=pair, template=template):  # type: ignore[no-untyped-def]
+            return pair.verifier.tokenize(template.render(sample.messages), add_special=False, parse_special=True)
+
+        progress = ProgressBar(sys.stderr)
+        try:
+            strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), no_spec=position == 0,
+                              repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
+            run_eval(task, samples, strict, manifest, store, pair.verifier, pair.drafter, tokenize,
+                     on_sample=progress.update)
+            relaxed_n = args.relaxed_n or _best_strict_n([*all_records, *store.records()])
+            for rule in args.rule:
+                knobs = tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2]
+                plan = EvalPlan(rules=(rule,), alphas=knobs, draft_max=(relaxed_n,), no_spec=False,
+                                repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
+                run_eval(task, samples, plan, manifest, store, pair.verifier, pair.drafter, tokenize,
+                         on_sample=progress.update)
+        finally:
+            progress.close()
+            pair.close()
+        for record in store.records():
+            if len(args.drafters) > 1 and record["config"]["rule"] is not None:
+                record["config"]["label"] += f" [{stem}]"
+            all_records.append(record)
+    summaries = summarise(all_records)
+    title = f"tune {task.name} (K={len(samples)}) — {manifest['verifier']}"
+    print(title)
+    print(render_table(summaries))
+    write_reports(out, summaries, title)
+    advice = recommend(summaries, max_drop=args.max_drop)
+    print("\nPareto front: " + ", ".join(s.label for s in advice.front))
+    print("\n".join(advice.lines()))
+    print(f"\nresults, summary.md and pareto.png in {out}")
+    return 0
+
+
+def _best_strict_n(records) -> int:  # type: ignore[no-untyped-def]
+    """The strict N with the most tokens/s so far (3 when nothing ran)."""
+    speed: dict[int, tuple[int, float]] = {}
+    for r in records:
+        if r["config"]["rule"] == "strict":
+            tokens, seconds = speed.get(r["config"]["draft_max"], (0, 0.0))
+            speed[r["config"]["draft_max"]] = (tokens + r["output_tokens"], seconds + r["decode_s"])
+    if not speed:
+        return 3
+    return max(speed, key=lambda n: speed[n][0] / speed[n][1] if speed[n][1] else 0.0)
