@@ -244,3 +244,17 @@ def test_relaxed_bonus_samples_the_rule_target_at_n_plus_one():
 def test_unknown_bonus_policy():
     with pytest.raises(UserError, match="--bonus must be one of auto, target, relaxed"):
         GenerationConfig(bonus="sometimes")
+
+
+@pytest.mark.parametrize("name,knob", [(n, k) for n, k in STRICT_SETTINGS.items() if n != "strict"])
+def test_loop_at_a_strict_setting_reproduces_strict(name, knob):
+    """Same seeds, same models: a rule at its strict setting emits exactly strict's tokens and verdicts."""
+    target_table, draft_table = random_table(1), random_table(1) + random_table(2, scale=1.0)
+
+    def run(rule):
+        events = generate(fake(target_table), [0], GenerationConfig(draft_max=3, max_tokens=40, sampling=PLAIN,
+                                                                    seed=11), drafter=ModelDrafter(fake(draft_table),
+                                                                                                   VOCAB), rule=rule)
+        return [(e.token_id, e.verdict) for e in events if isinstance(e, TokenEvent)]
+
+    assert run(make(name, knob)) == run(make("strict"))

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.commands.common import model_options, sampling
@@ -15,6 +16,8 @@ from relaxtui.evals.report import render_table, summarise, write_reports
 from relaxtui.evals.results import ResultsStore, load_records
 from relaxtui.evals.runner import EvalPlan, SampleDone, run_eval
 from relaxtui.evals.tasks import get
+
+PROMPT_ROOM = 1024  # tokens kept for the prompt on top of --max-tokens
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / args.task
     store = ResultsStore(out)
     options = model_options(args)
+    # the context must hold a prompt plus the whole answer budget, or every long answer ends "context"
+    options = replace(options, ctx_size=max(options.ctx_size, max_tokens + PROMPT_ROOM))
     thinking = None if args.thinking is None else args.thinking == "on"
     manifest = {
         "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
