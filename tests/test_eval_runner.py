@@ -177,3 +177,15 @@ def test_real_eval_writes_resumes_and_reports(capsys, tmp_path, test_model_path)
     assert "no-spec" in printed and "strict N=3" in printed
     assert (out / "summary.md").exists() and (out / "summary.csv").exists()
     assert (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rule_specs_can_pin_their_own_knob():
+    plan = EvalPlan(rules=("strict", "cactus:1", "mentored:0.7", "ensemble"), alphas=(), draft_max=(3,),
+                    no_spec=True)
+    labels = [p.label for p in plan.points()]
+    assert labels == ["no-spec", "strict N=3", "cactus(1) N=3", "mentored(0.7) N=3", "ensemble(0.95) N=3",
+                      "ensemble(0.9) N=3", "ensemble(0.8) N=3"]
+    with pytest.raises(UserError, match="the knob after ':' must be a number"):
+        EvalPlan(rules=("cactus:big",))
+    with pytest.raises(UserError, match="out of range for 'mentored'"):
+        EvalPlan(rules=("mentored:1.2",))

@@ -233,3 +233,29 @@ async def test_real_model_smoke(test_model_path):
             assert app.query(TokenView).last().render().plain.strip()
     finally:
         engine.close()
+
+
+async def test_thinking_tokens_go_to_a_collapsed_block():
+    from textual.app import App
+
+    from relaxtui.decoding.events import RoundTiming, TokenEvent
+    from relaxtui.tui.widgets.transcript import AssistantMessage
+
+    timing = RoundTiming(0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+
+    def token(index, text):
+        return TokenEvent(index, index, text, Verdict.VERIFIER, 0, 0.5, None, 0.5, None, (), None, timing)
+
+    class Host(App):
+        def compose(self):
+            yield AssistantMessage()
+
+    async with Host().run_test() as pilot:
+        reply = pilot.app.query_one(AssistantMessage)
+        assert reply.thinking.has_class("-empty")
+        for i, text in enumerate(["<think>", "let me", " think", "</think>", "The answer", " is 4"]):
+            reply.add(i, token(i, text))
+        await pilot.pause()
+        assert [e.text for _, e in reply.thinking_view.tokens] == ["<think>", "let me", " think", "</think>"]
+        assert reply.answer_view.render().plain == "The answer is 4"
+        assert not reply.thinking.has_class("-empty") and reply.thinking.collapsed

@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="aime, aime25, math500, gpqa, lcb, humaneval — or `report DIR`")
     parser.add_argument("directory", nargs="?", help="with `report`: the run folder to summarise")
     group = parser.add_argument_group("grid (each option takes a list; the run is their product)")
-    group.add_argument("--rule", nargs="+", default=["strict"], help="acceptance rules")
+    group.add_argument("--rule", nargs="+", default=["strict"],
+                       help="acceptance rules; RULE:KNOB pins a knob (e.g. strict cactus:1 mentored:0.7)")
     group.add_argument("--alpha", nargs="+", type=float, default=[], help="knobs (default: each rule's paper grid)")
     group.add_argument("--draft-max", nargs="+", type=int, default=[3], help="draft lengths N")
     group.add_argument("--no-spec", action="store_true", help="also run the verifier alone (the speed baseline)")

@@ -38,7 +38,8 @@ class EvalPlan:
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise UserError(f"--repeats must be >= 1 (got {self.repeats})")
-        for name in self.rules:
+        for spec in self.rules:
+            name = self._name(spec)
             if name not in RULES:
                 make(name)  # raises the "unknown rule" error with the known names
             if self.sampling.greedy and not RULES[name].greedy_ok:
@@ -47,15 +48,31 @@ class EvalPlan:
             raise UserError("nothing to run: give --rule or --no-spec")
         self.points()  # every knob of the grid is validated before anything runs
 
-    def _knobs(self, name: str) -> tuple[float | None, ...]:
+    @staticmethod
+    def _name(spec: str) -> str:
+        return spec.partition(":")[0]
+
+    def _knobs(self, spec: str) -> tuple[float | None, ...]:
+        """``rule:knob`` pins the knob; a bare rule takes --alpha, or else its paper grid."""
+        name, pinned, knob = spec.partition(":")
         if RULES[name].knob_name is None:
-            return (None,)
+            return (None,) if not pinned else (self._float(knob, spec),)
+        if pinned:
+            return (self._float(knob, spec),)
         return self.alphas or PAPER_GRID[name]
+
+    @staticmethod
+    def _float(text: str, spec: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise UserError(f"--rule {spec!r}: the knob after ':' must be a number") from None
 
     def points(self) -> list[GridPoint]:
         points = [GridPoint(None, None, 0)] if self.no_spec else []
-        for name in self.rules:
-            for knob in self._knobs(name):
+        for spec in self.rules:
+            name = self._name(spec)
+            for knob in self._knobs(spec):
                 make(name, knob)
                 points += [GridPoint(name, knob, n) for n in self.draft_max]
         return points

@@ -141,6 +141,8 @@ class RelaxApp(App[None]):
         self.query_one("#loading").add_class("-hidden")
         self.query_one("#status", Static).update(f"not ready: {message.reason}")
         self.notify(message.reason, title="model load failed", severity="error", timeout=10)
+        # a failed drafter switch leaves the loaded verifier usable; a failed first load leaves nothing
+        self.ready = hasattr(self.engine, "verifier")
         self.query_one("#prompt", Input).disabled = not self.ready
 
     def _rebuild_settings(self) -> None:
@@ -279,9 +281,8 @@ class RelaxApp(App[None]):
     def switch_drafter(self, name: str) -> None:
         try:
             cost = self.engine.set_drafter(name, lambda text: self.post_message(self.Progress(text)))
-        except UserError as exc:
+        except Exception as exc:
             self.post_message(self.LoadFailed(str(exc)))
-            self.ready = True
             return
         self.post_message(self.Loaded(cost))
 
