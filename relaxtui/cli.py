@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to run")
     bench.add_argument("--prompt", action="append", default=[], help="your own prompt (repeatable)")
     bench.add_argument("--repeats", type=int, default=8, help="repeats of each step timing")
+    bench.add_argument("--passes", type=int, default=2, help="interleaved passes over all configs")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(draft_p_min=0.0)
 

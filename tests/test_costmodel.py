@@ -54,7 +54,8 @@ def test_best_draft_length():
 @pytest.mark.model
 def test_short_real_bench_produces_every_field(capsys, test_model_path):
     code = main(["bench", "--verifier", str(test_model_path), "--drafter", str(test_model_path), "--n-max", "2",
-                 "--max-tokens", "12", "--prompts", "1", "--repeats", "2", "--ctx-size", "512", "--json"])
+                 "--max-tokens", "12", "--prompts", "1", "--repeats", "2", "--passes", "1", "--ctx-size", "512",
+                 "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["c_rel"] > 0 and len(result["v"]) == 3 and result["v"][0] == 1.0

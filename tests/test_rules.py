@@ -258,3 +258,20 @@ def test_loop_at_a_strict_setting_reproduces_strict(name, knob):
         return [(e.token_id, e.verdict) for e in events if isinstance(e, TokenEvent)]
 
     assert run(make(name, knob)) == run(make("strict"))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_js_divergence_fast_paths_agree_with_the_definition(seed):
+    from relaxtui.rules.rfuzzy import js_divergence
+
+    rng = np.random.default_rng(seed)
+    dense_p, dense_q = softmax(rng.normal(size=5000) * 3), softmax(rng.normal(size=5000) * 3)
+    sparse_p, sparse_q = dense_p.copy(), dense_q.copy()
+    sparse_p[rng.random(5000) < 0.95] = 0
+    sparse_q[rng.random(5000) < 0.95] = 0
+    sparse_p, sparse_q = sparse_p / sparse_p.sum(), sparse_q / sparse_q.sum()
+    for p, q in ((dense_p, dense_q), (sparse_p, sparse_q)):
+        m = (p + q) / 2
+        reference = 0.5 * sum(a * np.log(a / b) for a, b in zip(p, m, strict=True) if a > 0) + \
+            0.5 * sum(a * np.log(a / b) for a, b in zip(q, m, strict=True) if a > 0)
+        assert js_divergence(p, q) == pytest.approx(reference, abs=2e-5)

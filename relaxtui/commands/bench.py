@@ -19,8 +19,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--n-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
     if not args.prompt and not 1 <= args.prompts <= len(BENCH_PROMPTS):
         raise UserError(f"--prompts must be in 1..{len(BENCH_PROMPTS)} (got {args.prompts})")
-    if args.max_tokens < 1 or args.repeats < 1:
-        raise UserError("--max-tokens and --repeats must be >= 1")
+    if args.max_tokens < 1 or args.repeats < 1 or args.passes < 1:
+        raise UserError("--max-tokens, --repeats and --passes must be >= 1")
     if str(args.drafter).lower() == "none":
         raise UserError("bench compares drafting against the verifier alone: give a --drafter or --draft-kind ngram")
     options = model_options(args)
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = [prompt_tokens(pair.verifier, text) for text in texts]
         progress = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True)) if not args.json else None
         result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.n_max, max_tokens=args.max_tokens,
-                           sampling=params, seed=args.seed, repeats=args.repeats,
+                           sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
                            progress=progress or (lambda _: None))
     finally:
         pair.close()

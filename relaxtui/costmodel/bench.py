@@ -2,8 +2,8 @@
 
 Protocol: warm up, time single steps of both models (c_rel) and the verify-cost curve v(k); run the verifier
 alone and strict speculative decoding at N = 1..N_max on the same prompts and seeds (greedy by default, so
-every run writes the same text and tokens/s compare like for like); report side by side. Compute only: the
-CLI renders the result.
+every run writes the same text and tokens/s compare like for like), interleaved over several passes so drift
+in machine speed hits every config alike; report side by side. Compute only: the CLI renders the result.
 """
 
 from __future__ import annotations
@@ -66,14 +66,12 @@ def peak_rss_mb() -> float:
     return usage / (1024 * 1024) if sys.platform == "darwin" else usage / 1024
 
 
-def _run_all(verifier: LlamaModel, prompts: Sequence[Sequence[int]], config: GenerationConfig,
-             drafter: Drafter | None) -> list[Metrics]:
-    results = []
-    for prompt in prompts:
-        for event in generate(verifier, prompt, config, drafter=drafter):
-            if isinstance(event, Finished):
-                results.append(event.metrics)
-    return results
+def _run_one(verifier: LlamaModel, prompt: Sequence[int], config: GenerationConfig,
+             drafter: Drafter | None) -> Metrics:
+    for event in generate(verifier, prompt, config, drafter=drafter):
+        if isinstance(event, Finished):
+            return event.metrics
+    raise RuntimeError("the loop ended without a Finished event")
 
 
 def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
@@ -89,7 +87,7 @@ def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
 
 def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence[int]], *, n_max: int = 5,
               max_tokens: int = 96, sampling: SamplingParams | None = None, seed: int = 0, repeats: int = 8,
-              progress: Callable[[str], None] = lambda _: None) -> BenchResult:
+              passes: int = 2, progress: Callable[[str], None] = lambda _: None) -> BenchResult:
     sampling = sampling or SamplingParams(temperature=0.0)
     progress("timing single steps and the verify-cost curve")
     verifier_step = step_time(verifier, repeats=repeats)
@@ -98,16 +96,21 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     curve = verify_curve(verifier, n_max + 1, repeats=max(3, repeats // 2))
     c_rel = drafter_step / verifier_step
     progress("warm-up")
-    _run_all(verifier, prompts[:1], GenerationConfig(draft_max=0, max_tokens=8, sampling=sampling), None)
-    progress("verifier alone")
-    base = _run_all(verifier, prompts, GenerationConfig(draft_max=0, max_tokens=max_tokens, sampling=sampling,
-                                                        seed=seed), None)
-    base_tps, _, _, base_share, _ = _pooled(base)
+    _run_one(verifier, prompts[0], GenerationConfig(draft_max=0, max_tokens=8, sampling=sampling), None)
+    # Interleave: every pass runs the verifier alone and each N on every prompt, so a machine that speeds up
+    # or slows down during the bench shifts all configs alike and the ratios stay fair.
+    lengths = range(0, n_max + 1)
+    collected: dict[int, list[Metrics]] = {n: [] for n in lengths}
+    for pass_index in range(passes):
+        for prompt_index, prompt in enumerate(prompts):
+            progress(f"pass {pass_index + 1}/{passes}, prompt {prompt_index + 1}/{len(prompts)}: N=0..{n_max}")
+            for n in lengths:
+                config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed)
+                collected[n].append(_run_one(verifier, prompt, config, drafter if n else None))
+    base_tps, _, _, base_share, _ = _pooled(collected[0])
     runs = []
     for n in range(1, n_max + 1):
-        progress(f"speculative N={n}")
-        config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed)
-        tps, acceptance, mean_length, share, tokens = _pooled(_run_all(verifier, prompts, config, drafter))
+        tps, acceptance, mean_length, share, tokens = _pooled(collected[n])
         runs.append(BenchRun(n, tps, tps / base_tps if base_tps else 0.0,
                              predicted_speedup(mean_length - 1, n, c_rel, curve), acceptance, mean_length, share,
                              tokens))
@@ -115,5 +118,5 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     runs = [BenchRun(**{**asdict(r), "best": r is best}) for r in runs]
     return BenchResult(verifier_step, drafter_step, c_rel, curve, base_tps, base_share, runs, peak_rss_mb(),
                        getattr(drafter, "kind", "model"),
-                       {"prompts": len(prompts), "max_tokens": max_tokens, "temperature": sampling.temperature,
-                        "seed": seed})
+                       {"prompts": len(prompts), "passes": passes, "max_tokens": max_tokens,
+                        "temperature": sampling.temperature, "seed": seed})
