@@ -104,7 +104,8 @@ class ChatEngine:
         rule, config = settings.validated()
         tokens = self.prompt_tokens(messages, settings.thinking)
         drafter = self.drafter if settings.draft_max > 0 else None
-        extra = {"clock": self.clock()} if self.clock() is not None else {}
+        clock = self.clock()
+        extra = {"clock": clock} if clock is not None else {}
         return generate(self.verifier, tokens, config, drafter=drafter, rule=rule,  # type: ignore[arg-type]
                         should_stop=should_stop, **extra)
 
