@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from relaxtui.evals.tasks.base import strip_think
+from typing import Any
+
+from relaxtui.evals.sandbox import DEFAULT_TIMEOUT_S
+from relaxtui.evals.tasks.base import Sample, Score, Task, strip_think
 
 
 def extract_code(text: str) -> str | None:
@@ -36,3 +39,25 @@ def same_output(actual: str, expected: str) -> bool:
             except ValueError:
                 return False
     return True
+
+
+class CodeTask(Task):
+    """A task judged by running the reply's last code block against tests in the sandbox."""
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+
+    def parse(self, text: str) -> str | None:
+        return extract_code(text)
+
+    def is_correct(self, parsed: Any, gold: Any) -> bool:
+        raise NotImplementedError(f"{self.name} is judged by running tests: use score()")
+
+    def score(self, text: str, sample: Sample) -> Score:
+        code = self.parse(text)
+        if code is None:
+            return Score(None, False, "no code block")
+        return self.run_tests(code, sample)
+
+    def run_tests(self, code: str, sample: Sample) -> Score:
+        raise NotImplementedError

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
-from relaxtui.evals.sandbox import DEFAULT_TIMEOUT_S, run_python
-from relaxtui.evals.tasks.base import Sample, Score, Task, require
-from relaxtui.evals.tasks.code import extract_code
+from relaxtui.evals.sandbox import run_python
+from relaxtui.evals.tasks.base import Sample, Score, require
+from relaxtui.evals.tasks.code import CodeTask
 from relaxtui.evals.tasks.hub import read_local
 
 PROMPT = ("Complete the following Python function. Reply with the complete function (including the signature "
@@ -46,14 +46,11 @@ def program(code: str, row_prompt: str, test: str, entry_point: str) -> str:
     return f"{body}\n\n{test}\n\ncheck({entry_point})\n"
 
 
-class HumanEval(Task):
+class HumanEval(CodeTask):
     name: ClassVar[str] = "humaneval"
     version: ClassVar[int] = 1
     description: ClassVar[str] = "HumanEval, 164 Python functions (pass@1, sandboxed)"
     max_tokens: ClassVar[int] = 1024
-
-    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.timeout_s = timeout_s
 
     def load(self, data: Path | None = None) -> list[Sample]:
         path = data or packaged_data()
@@ -65,16 +62,7 @@ class HumanEval(Task):
                                                    "entry_point": row["entry_point"]}))
         return samples
 
-    def parse(self, text: str) -> str | None:
-        return extract_code(text)
-
-    def is_correct(self, parsed: Any, gold: Any) -> bool:
-        raise NotImplementedError("humaneval is judged by running tests: use score()")
-
-    def score(self, text: str, sample: Sample) -> Score:
-        code = self.parse(text)
-        if code is None:
-            return Score(None, False, "no code block")
+    def run_tests(self, code: str, sample: Sample) -> Score:
         result = run_python(program(code, sample.meta["prompt"], sample.meta["test"], sample.meta["entry_point"]),
                             timeout_s=self.timeout_s)
         detail = "timeout" if result.timed_out else (result.stderr.strip().splitlines() or [""])[-1][:200]

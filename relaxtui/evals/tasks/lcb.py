@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
-from relaxtui.evals.sandbox import DEFAULT_TIMEOUT_S, run_python
-from relaxtui.evals.tasks.base import Sample, Score, Task, require
-from relaxtui.evals.tasks.code import extract_code, same_output
+from relaxtui.evals.sandbox import run_python
+from relaxtui.evals.tasks.base import Sample, Score, require
+from relaxtui.evals.tasks.code import CodeTask, same_output
 from relaxtui.evals.tasks.hub import load_hub_rows, read_local
 
 SYSTEM = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
@@ -91,13 +91,10 @@ def run_test(code: str, test: dict[str, Any], func_name: str | None, timeout_s: 
     return same_output(result.stdout, test["output"]), "wrong answer"
 
 
-class LiveCodeBench(Task):
+class LiveCodeBench(CodeTask):
     name: ClassVar[str] = "lcb"
     version: ClassVar[int] = 1
     description: ClassVar[str] = "LiveCodeBench code_generation_lite v6, 175 problems (pass@1, sandboxed)"
-
-    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.timeout_s = timeout_s
 
     def load(self, data: Path | None = None) -> list[Sample]:
         if data is not None:
@@ -106,16 +103,7 @@ class LiveCodeBench(Task):
                              trust_remote_code=True)
         return rows_to_samples(rows, "livecodebench/code_generation_lite")
 
-    def parse(self, text: str) -> str | None:
-        return extract_code(text)
-
-    def is_correct(self, parsed: Any, gold: Any) -> bool:
-        raise NotImplementedError("lcb is judged by running tests: use score()")
-
-    def score(self, text: str, sample: Sample) -> Score:
-        code = self.parse(text)
-        if code is None:
-            return Score(None, False, "no code block")
+    def run_tests(self, code: str, sample: Sample) -> Score:
         for number, test in enumerate(sample.meta["tests"], start=1):
             passed, why = run_test(code, test, sample.meta["func_name"], self.timeout_s)
             if not passed:
