@@ -5,6 +5,7 @@ Nothing here prints; the CLI, TUI and eval runner decide how to show progress an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +98,12 @@ def prompt_tokens(model: LlamaModel, prompt: str, *, chat: bool = True, thinking
     if not chat:
         return model.tokenize(prompt, add_special=True, parse_special=False)
     messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
-    rendered = chat_template(model).render(messages, thinking=thinking)
-    # the template writes BOS itself where the model wants one
+    return conversation_tokens(model, chat_template(model), messages, thinking=thinking)
+
+
+def conversation_tokens(model: LlamaModel, template: ChatTemplate, messages: Sequence[Message], *,
+                        thinking: bool | None = None) -> list[int]:
+    """Render a conversation with the template and tokenise it; the template writes BOS itself where the
+    model wants one, so no special tokens are added here."""
+    rendered = template.render(messages, thinking=thinking)
     return model.tokenize(rendered, add_special=False, parse_special=True)

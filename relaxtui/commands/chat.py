@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from relaxtui.commands.common import model_options
 from relaxtui.tui.engine import NGRAM, NO_DRAFTER, ChatSettings
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     settings.validated()  # bad options fail here, before the screen opens
     engine = FakeChatEngine() if args.fake else LlamaChatEngine(options)
     if args.fake:
-        settings = ChatSettings(**{**settings.__dict__, "drafter": engine.drafter_name})
+        settings = replace(settings, drafter=engine.drafter_name)
     try:
         RelaxApp(engine, settings).run()
     finally:

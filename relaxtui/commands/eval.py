@@ -7,15 +7,22 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from relaxtui.commands.common import model_options, sampling
 from relaxtui.errors import UserError
 from relaxtui.evals.report import render_table, summarise, write_reports
 from relaxtui.evals.results import ResultsStore, load_records
 from relaxtui.evals.runner import EvalPlan, SampleDone, run_eval
-from relaxtui.evals.tasks import get
+from relaxtui.evals.tasks import Sample, Task, get
+
+if TYPE_CHECKING:
+    from relaxtui.decoding.sampling import SamplingParams
+    from relaxtui.engine.llama import LlamaModel
+    from relaxtui.session import ModelOptions
 
 PROMPT_ROOM = 1024  # tokens kept for the prompt on top of --max-tokens
 
@@ -64,27 +71,20 @@ def run(args: argparse.Namespace) -> int:
     # the context must hold a prompt plus the whole answer budget, or every long answer ends "context"
     options = replace(options, ctx_size=max(options.ctx_size, max_tokens + PROMPT_ROOM))
     thinking = None if args.thinking is None else args.thinking == "on"
-    manifest = {
-        "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
-        "drafter": Path(options.drafter).name if options.drafter and options.draft_kind == "model" else
-        options.draft_kind, "temperature": plan.sampling.temperature, "top_k": plan.sampling.top_k,
-        "top_p": plan.sampling.top_p, "max_tokens": max_tokens, "thinking": args.thinking, "bonus": plan.bonus,
-        "data": str(args.data) if args.data else None,
-    }
+    manifest = run_manifest(task, options, plan.sampling, max_tokens, thinking=args.thinking, bonus=plan.bonus,
+                            data=args.data)
     store.open_run(manifest)  # refuse a folder of another run before loading any model
 
-    from relaxtui.session import chat_template, load_pair
+    from relaxtui.session import load_pair
 
     pair = load_pair(options)
-    template = chat_template(pair.verifier)
     progress = ProgressBar(sys.stderr)
     stop_requested = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
     try:
         run_eval(task, samples, plan, manifest, store, pair.verifier, pair.drafter,
-                 lambda sample: pair.verifier.tokenize(template.render(sample.messages, thinking=thinking),
-                                                       add_special=False, parse_special=True),
-                 on_sample=progress.update, should_stop=stop_requested.is_set)
+                 sample_tokenizer(pair.verifier, thinking=thinking), on_sample=progress.update,
+                 should_stop=stop_requested.is_set)
     finally:
         signal.signal(signal.SIGINT, previous)
         progress.close()
@@ -92,6 +92,23 @@ def run(args: argparse.Namespace) -> int:
     if stop_requested.is_set():
         print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
     return _report(out)
+
+
+def run_manifest(task: Task, options: ModelOptions, params: SamplingParams, max_tokens: int, *,
+                 thinking: str | None, bonus: str, data: Path | None) -> dict[str, object]:
+    """The run-level settings a results folder is bound to (grid points may vary within it)."""
+    drafter = Path(options.drafter).name if options.drafter and options.draft_kind == "model" else options.draft_kind
+    return {"task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
+            "drafter": drafter, "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
+            "max_tokens": max_tokens, "thinking": thinking, "bonus": bonus, "data": str(data) if data else None}
+
+
+def sample_tokenizer(model: LlamaModel, *, thinking: bool | None = None) -> Callable[[Sample], list[int]]:
+    """Prompt tokens of a task sample through the verifier's own chat template (rendered once per run)."""
+    from relaxtui.session import chat_template, conversation_tokens
+
+    template = chat_template(model)
+    return lambda sample: conversation_tokens(model, template, sample.messages, thinking=thinking)
 
 
 def _report(directory: str | Path | None) -> int:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.commands.common import model_options, sampling
-from relaxtui.commands.eval import ProgressBar
+from relaxtui.commands.eval import ProgressBar, run_manifest, sample_tokenizer
 from relaxtui.errors import UserError
 from relaxtui.evals.report import render_table, summarise, write_reports
 from relaxtui.evals.results import ResultsStore
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from relaxtui.rules import PAPER_GRID
-    from relaxtui.session import chat_template, load_pair
+    from relaxtui.session import load_pair
 
     task = get(args.task)
     if args.limit < 1 or args.max_tokens < 1 or args.max_drop < 0:
@@ -56,18 +56,11 @@ def run(args: argparse.Namespace) -> int:
         if is_ngram:
             options = replace(options, drafter="ngram")
         stem = "ngram" if is_ngram else Path(drafter).name.removesuffix(".gguf")
-        manifest = {"task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
-                    "drafter": stem, "temperature": params.temperature, "top_k": params.top_k,
-                    "top_p": params.top_p, "max_tokens": args.max_tokens, "thinking": None, "bonus": "auto",
-                    "data": str(args.data) if args.data else None}
+        manifest = run_manifest(task, options, params, args.max_tokens, thinking=None, bonus="auto", data=args.data)
         store = ResultsStore(out / stem)
         store.open_run(manifest)
         pair = load_pair(options)
-        template = chat_template(pair.verifier)
-
-        def tokenize(sample, pair=pair, template=template):  # type: ignore[no-untyped-def]
-            return pair.verifier.tokenize(template.render(sample.messages), add_special=False, parse_special=True)
-
+        tokenize = sample_tokenizer(pair.verifier)
         progress = ProgressBar(sys.stderr)
         try:
             strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), no_spec=position == 0,

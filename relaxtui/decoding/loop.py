@@ -105,6 +105,9 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
     draft_rng, accept_rng = spawn_generators(config.seed)
     draft_max = config.draft_max if drafter is not None else 0
     draft_length = DraftLength(draft_max, max(config.draft_min, 1), config.adaptive)
+    # a relaxed bonus needs one more drafter step past the draft; only model drafters have one
+    can_extend = drafter is not None and getattr(drafter, "model", None) is not None
+    bonus_draft = (lambda: drafter.next_distribution(sampling)) if can_extend else None
 
     started = clock()
     verifier.reset()
@@ -146,8 +149,6 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
             finish = "context"
             break
         t2 = clock()
-        can_extend = drafter is not None and getattr(drafter, "model", None) is not None
-        bonus_draft = (lambda: drafter.next_distribution(sampling)) if can_extend else None
         emitted = accept_round(draft_tokens, draft.probs if draft else np.empty((0, 0)),
                                draft.logits if draft else None, target_logits, rule, sampling, accept_rng,
                                bonus_draft=bonus_draft, bonus=config.bonus)

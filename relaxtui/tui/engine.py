@@ -22,7 +22,7 @@ from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
-from relaxtui.rules import RULES, Rule, make
+from relaxtui.rules import Rule, make
 
 NO_DRAFTER = "none"
 NGRAM = "ngram"
@@ -45,8 +45,6 @@ class ChatSettings:
 
     def validated(self) -> tuple[Rule, GenerationConfig]:
         """Raise UserError (one clear line) on any bad value; return what the loop needs."""
-        if self.rule not in RULES:
-            make(self.rule)
         sampling = SamplingParams(self.temperature, self.top_k, self.top_p)
         rule = make(self.rule, self.knob, temperature=self.temperature or 1.0)
         if sampling.greedy and not rule.greedy_ok:
@@ -175,8 +173,10 @@ class LlamaChatEngine(ChatEngine):
         return self._measure(progress)
 
     def prompt_tokens(self, messages: Sequence[Message], thinking: bool) -> list[int]:
-        rendered = self.template.render(messages, thinking=thinking if self.supports_thinking else None)
-        return self.verifier.tokenize(rendered, add_special=False, parse_special=True)
+        from relaxtui.session import conversation_tokens
+
+        return conversation_tokens(self.verifier, self.template, messages,
+                                   thinking=thinking if self.supports_thinking else None)
 
     def piece(self, token: int) -> str:
         return self.verifier.token_piece(token).decode("utf-8", errors="replace")
