@@ -1,0 +1,47 @@
+"""Running untrusted generated code (SPEC §9): each program in its own sandbox, judged by its output.
+
+What is contained, where Linux allows it without root (probed once per process; :func:`protections` says what
+is active, :func:`missing_protections_line` what is not):
+
+- **Filesystem**: user + mount namespaces; every mount read-only; a fresh size-capped tmpfs as the program's
+  work dir (at the path of a host temp dir that only stages the source), as /tmp and as /dev/shm. Nothing it
+  writes survives the run or reaches the host. It can still *read* whatever its user can (/etc/passwd, …).
+- **Processes**: a PID namespace whose init is ours; when the program's main process exits, init exits and
+  the kernel kills every descendant, ``setsid`` and double forks included. The program runs in its own session
+  with no capabilities and ``no_new_privs``. A fresh /proc shows it only its own processes.
+- **Process count**: a per-run pids cgroup where writable (the host runs us as root, for whom RLIMIT_NPROC
+  never binds), else RLIMIT_NPROC inside the user namespace when our uid is not root (counted per namespace),
+  else a watchdog that kills the run when it has too many processes. Running as another uid instead was
+  rejected: the interpreter may live where only our uid can read it (e.g. pyenv under a 0700 /root).
+- **Network**: an empty network namespace, and inside the interpreter a guard that refuses inet sockets.
+- **Resources**: RLIMIT_AS / CPU / FSIZE / CORE; at most 1 MiB kept per output stream (the rest is read,
+  counted and dropped, so a flood never blocks the program nor fills our memory); a program that writes more
+  than 32 MiB is killed.
+- **Time**: a wall-clock deadline enforced from outside whatever the program does with its pipes: we never
+  wait for pipe EOF past the deadline, and after the launcher exits we read for at most one more second.
+
+Fallback without namespaces: the launcher's session is killed, then every process in the run's pids cgroup,
+carrying the run's marker environment variable (``RELAXTUI_SANDBOX_RUN``) or holding the run's pipes is
+SIGKILLed until none is left (only a descendant that leaves the cgroup-less run, scrubs its environment and
+drops its stdio escapes, and it cannot delay the run); writes outside the work dir are then *not* prevented.
+
+This is not a security boundary against a determined attacker beyond what the kernel's namespaces give: it
+stops generated code from damaging the machine, the results or the run by accident or by naive malice.
+"""
+
+from relaxtui.evals.sandbox._plan import Plan
+from relaxtui.evals.sandbox._run import (
+    DEFAULT_MAX_PROCESSES,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_TIMEOUT_S,
+    MAX_OUTPUT_BYTES,
+    RunResult,
+    SandboxError,
+    current_plan,
+    missing_protections_line,
+    protections,
+    run_python,
+)
+
+__all__ = ["DEFAULT_MAX_PROCESSES", "DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT_S", "MAX_OUTPUT_BYTES", "Plan",
+           "RunResult", "SandboxError", "current_plan", "missing_protections_line", "protections", "run_python"]

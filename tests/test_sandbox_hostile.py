@@ -1,0 +1,283 @@
+"""Hostile programs against the code sandbox: each test asserts containment, never how fast the machine is.
+
+Survivors are found from outside by a marker in their command line or the run's marker environment variable,
+with a grace period for processes that are already dying; time bounds are timeout + a generous margin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from relaxtui.evals import sandbox
+from relaxtui.evals.sandbox import _plan as sandbox_plan
+from relaxtui.evals.sandbox import _procs as sandbox_procs
+from relaxtui.evals.sandbox import _run as sandbox_run
+from relaxtui.evals.sandbox import run_python
+
+MARGIN_S = 10.0
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def new_marker() -> str:
+    return f"relaxtui-hostile-{uuid.uuid4().hex}"
+
+
+def survivors(*, cmdline: str | None = None, run_id: str | None = None, grace_s: float = 5.0) -> list[int]:
+    """Live processes whose command line holds ``cmdline`` or whose environment holds the run's marker."""
+    entry = sandbox_procs.marker_entry(run_id).decode() if run_id else None
+    deadline = time.monotonic() + grace_s
+    while True:
+        found = []
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                command = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace")
+                environ = Path(f"/proc/{name}/environ").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if (cmdline and cmdline in command) or (entry and entry in environ.split("\0")):
+                found.append(int(name))
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)
+
+
+def require(*names: str) -> None:
+    active = sandbox.protections()
+    missing = [name for name in names if not active[name]]
+    if missing:
+        pytest.skip(f"this system does not allow: {', '.join(missing)}")
+
+
+@pytest.fixture
+def plan_as(monkeypatch):
+    """Force a weaker plan, as on a system without namespaces (and without a writable cgroup)."""
+    def force(kind: str) -> None:
+        plan = sandbox_run.current_plan()
+        if kind in ("no-namespaces", "no-namespaces-no-cgroup"):
+            plan = plan.without_namespaces()
+        if kind in ("no-namespaces-no-cgroup", "namespaces-no-cgroup"):
+            plan = plan.without_cgroup()
+        elif kind == "watchdog":
+            plan = dataclasses.replace(plan.without_cgroup(), nproc_rlimit=False)
+        monkeypatch.setattr(sandbox_run, "current_plan", lambda: plan)
+        return plan
+    return force
+
+
+# ---- filesystem -------------------------------------------------------------------------------------------
+
+WRITER = """
+import json, os
+targets = json.loads({targets!r})
+targets["workdir_parent"] = os.path.join(os.path.dirname(os.getcwd()), {name!r})
+outcome = {{}}
+for label, path in targets.items():
+    try:
+        with open(path, "w") as handle:
+            handle.write("escaped")
+        outcome[label] = "written"
+    except OSError as error:
+        outcome[label] = error.strerror
+with open("inside.txt", "w") as handle:
+    handle.write("fine")
+outcome["inside"] = open("inside.txt").read()
+outcome["passwd_readable"] = "root:" in open("/etc/passwd").read()
+outcome["workdir_parent_path"] = targets["workdir_parent"]
+print(json.dumps(outcome))
+"""
+
+
+def test_writes_outside_the_work_dir_fail_or_stay_private():
+    require("mount_ns_readonly_root", "private_tmp")
+    name = new_marker()
+    targets = {"tmp": Path(tempfile.gettempdir(), name), "home": Path.home() / name, "repository": REPOSITORY / name,
+               "etc": Path("/etc", name), "var_tmp": Path("/var/tmp", name), "dev_shm": Path("/dev/shm", name)}
+    code = WRITER.format(targets=json.dumps({label: str(path) for label, path in targets.items()}), name=name)
+    try:
+        result = run_python(code, timeout_s=10)
+        assert result.ok, result.stderr
+        outcome = json.loads(result.stdout)
+        targets["workdir_parent"] = Path(outcome["workdir_parent_path"])
+        visible = [str(path) for path in targets.values() if path.exists()]
+    finally:
+        for path in targets.values():
+            path.unlink(missing_ok=True)
+    assert visible == []  # nothing the program wrote is visible on the host
+    for label in ("home", "repository", "etc", "var_tmp"):
+        assert outcome[label] != "written", label  # read-only: the write itself fails
+    assert outcome["inside"] == "fine" and outcome["passwd_readable"] is True
+
+
+# ---- processes --------------------------------------------------------------------------------------------
+
+GRANDCHILD = """
+import os, sys
+child = os.fork()
+if child == 0:
+    os.setsid()
+    if os.fork() == 0:  # the grandchild: its own session, sleeping
+        if not {keep_stdio}:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+        env = {{}} if {scrub_env} else dict(os.environ)
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", {marker!r}], env)
+    os._exit(0)
+os.waitpid(child, 0)
+print("main done", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("kind", "scrub_env", "keep_stdio"), [
+    ("namespaces-no-cgroup", True, True),  # found by nothing but the PID namespace
+    ("no-namespaces", True, False),  # found by the cgroup only
+    ("no-namespaces-no-cgroup", False, False),  # found by the marker only
+    ("no-namespaces-no-cgroup", True, True),  # found by the pipe it holds only
+], ids=["pid-namespace", "fallback-cgroup", "fallback-marker", "fallback-pipe-holder"])
+def test_setsid_grandchild_neither_delays_the_run_nor_survives(kind, scrub_env, keep_stdio, plan_as):
+    plan = plan_as(kind)
+    if kind == "namespaces-no-cgroup":
+        require("pid_ns")
+    if kind == "no-namespaces" and plan.nproc_mode != "cgroup":
+        pytest.skip("no writable pids cgroup on this system")
+    marker = new_marker()
+    timeout_s = 5.0
+    started = time.monotonic()
+    code = GRANDCHILD.format(marker=marker, scrub_env=scrub_env, keep_stdio=keep_stdio)
+    result = run_python(code, timeout_s=timeout_s)
+    elapsed = time.monotonic() - started
+    try:
+        assert elapsed < timeout_s + MARGIN_S
+        assert result.ok and result.stdout == "main done\n", result.stderr
+        assert survivors(cmdline=marker) == []
+        assert result.leftover_processes == 0
+    finally:
+        sandbox_procs.kill_pids(survivors(cmdline=marker, grace_s=0))
+
+
+SPAWNER = """
+import shutil, subprocess, time
+started, error = [], None
+for _ in range({attempts}):
+    try:
+        started.append(subprocess.Popen([{marker!r}, "30"], executable=shutil.which("sleep")))
+    except OSError as exc:
+        error = type(exc).__name__
+        break
+print(len(started), error, flush=True)
+time.sleep({linger})
+"""
+
+
+def test_process_spawning_is_capped_by_the_process_limit():
+    require("nproc_limit")
+    marker, limit = new_marker(), 16
+    result = run_python(SPAWNER.format(attempts=300, marker=marker, linger=0), timeout_s=20, max_processes=limit)
+    try:
+        assert result.ok, result.stderr
+        started, error = result.stdout.split()
+        assert int(started) < limit and error == "BlockingIOError"  # fork refused: EAGAIN
+        assert survivors(cmdline=marker) == []
+    finally:
+        sandbox_procs.kill_pids(survivors(cmdline=marker, grace_s=0))
+
+
+def test_the_watchdog_kills_a_run_with_too_many_processes(plan_as):
+    plan = plan_as("watchdog")
+    assert plan.nproc_mode == "watchdog"
+    marker = new_marker()
+    result = run_python(SPAWNER.format(attempts=60, marker=marker, linger=60), timeout_s=20, max_processes=8)
+    try:
+        assert result.killed_for == "process limit" and not result.ok
+        assert result.wall_s < 20 + MARGIN_S
+        assert survivors(cmdline=marker) == []
+    finally:
+        sandbox_procs.kill_pids(survivors(cmdline=marker, grace_s=0))
+
+
+@pytest.mark.parametrize("program", [
+    "import os, time\nos.close(1)\nos.close(2)\nwhile True:\n    time.sleep(0.1)",
+    "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nsignal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+    "print('ready', flush=True)\nwhile True:\n    pass",
+], ids=["closes-stdout-keeps-running", "ignores-sigterm"])
+def test_a_program_that_never_ends_is_killed_at_the_timeout(program):
+    timeout_s = 2.0
+    result = run_python(program, timeout_s=timeout_s)
+    assert result.timed_out and result.killed_for == "timeout" and result.returncode is None
+    assert timeout_s <= result.wall_s < timeout_s + MARGIN_S
+    assert result.leftover_processes == 0 and survivors(run_id=result.run_id) == []
+    if "ready" in program:
+        assert result.stdout == "ready\n"  # what it wrote before the kill is kept
+
+
+def test_a_stdout_flood_is_capped_and_cut_short():
+    timeout_s = 20.0
+    result = run_python("import sys\nwhile True:\n    sys.stdout.write('z' * 65536)", timeout_s=timeout_s)
+    assert result.killed_for == "output limit" and not result.ok
+    assert result.wall_s < timeout_s + MARGIN_S
+    assert len(result.stdout) == sandbox.MAX_OUTPUT_BYTES < result.stdout_bytes
+    assert survivors(run_id=result.run_id) == []
+
+
+def test_the_program_sees_only_its_own_processes():
+    require("private_proc")
+    result = run_python("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    assert result.ok and max(json.loads(result.stdout)) < 10  # init, the program: not the host's pids
+
+
+def test_the_program_has_no_capabilities():
+    require("no_capabilities")
+    code = ("fields = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+            "print(int(fields['CapEff'], 16), int(fields['CapPrm'], 16), int(fields['NoNewPrivs']))")
+    result = run_python(code)
+    assert result.ok and result.stdout.split() == ["0", "0", "1"]
+
+
+# ---- degradation and reporting ----------------------------------------------------------------------------
+
+def test_protections_are_reported_and_the_missing_line_matches_them():
+    active = sandbox.protections()
+    assert all(isinstance(value, bool) for value in active.values())
+    for name in ("user_ns", "mount_ns_readonly_root", "private_tmp", "pid_ns", "net_ns", "nproc_limit",
+                 "socket_guard", "output_cap"):
+        assert name in active
+    line = sandbox.missing_protections_line()
+    assert (line is None) == all(active[name] for name in sandbox_plan.MISSING_TEXT)
+
+
+def test_the_fallback_plan_says_what_it_lacks():
+    weak = sandbox_run.current_plan().without_namespaces().without_cgroup()
+    active = sandbox_plan.protections_of(weak)
+    assert not active["pid_ns"] and not active["mount_ns_readonly_root"] and not active["nproc_limit"]
+    line = sandbox_plan.missing_line_of(weak)
+    assert line and "no PID namespace" in line and "read-only" in line and "watchdog" in line
+
+
+def test_the_probe_falls_back_when_namespaces_cannot_be_made(monkeypatch):
+    refused = sandbox_plan.Plan(("no_such_namespace",))
+    monkeypatch.setattr(sandbox_run, "candidate_plans", lambda base: [refused, sandbox_plan.Plan(())])
+    plan = sandbox_run.current_plan.__wrapped__()
+    assert plan.namespaces == () and "resource_limits" in plan.steps
+
+
+def test_a_run_never_gets_less_than_the_probe_promised(monkeypatch):
+    plan = dataclasses.replace(sandbox_run.current_plan(), cgroup_base="/nonexistent/cgroup",
+                               steps=sandbox_run.current_plan().steps | {"pids_cgroup"})
+    monkeypatch.setattr(sandbox_run, "current_plan", lambda: plan)
+    with pytest.raises(sandbox.SandboxError, match="pids cgroup"):
+        run_python("print('must not run')")
+
+
+def test_the_launcher_aborts_when_a_required_step_fails(monkeypatch):
+    require("private_workdir")
+    monkeypatch.setattr(sandbox_run, "WORKDIR_SIZE", "not-a-size")  # the work dir's tmpfs mount now fails
+    with pytest.raises(sandbox.SandboxError, match="private_workdir"):
+        run_python("print('must not run')")
