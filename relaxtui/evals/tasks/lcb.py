@@ -1,7 +1,8 @@
 """LiveCodeBench code_generation_lite, release v6 (175 problems), pass@1 on public + private tests.
 
 Prompt: LiveCodeBench's own chat template (stdin programs, or LeetCode-style starter code). The program is
-the text between the reply's last two ``` lines; every test runs in the sandbox (6 s each). Private tests
+read the way the paper's reproduction reads it (``extract_lcb_code``; evals/DATA_CARD.md, "Parsing
+conventions"); every test runs in the sandbox (6 s each). Private tests
 may be stored as base64(zlib(pickle(json))) — decoded the way LiveCodeBench does.
 """
 
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.evals.sandbox import run_python
-from relaxtui.evals.tasks.base import Sample, Score, require
+from relaxtui.evals.tasks.base import Sample, Score, require, strip_think
 from relaxtui.evals.tasks.code import CodeTask, same_output
 from relaxtui.evals.tasks.hub import load_hub_rows, read_local
 
@@ -57,6 +58,23 @@ def decode_tests(raw: Any) -> list[dict[str, Any]]:
         raise UserError(f"cannot decode LiveCodeBench test cases: {exc!r}") from None
 
 
+def extract_lcb_code(text: str) -> str | None:
+    """The program in a reply, read as LiveCodeBench does and the paper's reproduction applies it.
+
+    graphcore-research/relaxed-spec-dec-repro, ``src/ens_spec_dec/tasks/_code.py`` (after LiveCodeBench's
+    ``lcb_runner/utils/extraction_utils.py``): after ``strip_think``, split on newlines only, take every line
+    that *contains* ``` anywhere as a fence (a fence inside a string literal counts too), and keep the lines
+    between the last two fences, stripped of surrounding whitespace. Fewer than two fences, or nothing between
+    the last two, is None here where the reproduction runs an empty program: either way no test passes.
+    """
+    lines = strip_think(text).split("\n")
+    fences = [number for number, line in enumerate(lines) if "```" in line]
+    if len(fences) < 2:
+        return None
+    code = "\n".join(lines[fences[-2] + 1:fences[-1]]).strip()
+    return code or None
+
+
 def rows_to_samples(rows: list[dict[str, Any]], where: str) -> list[Sample]:
     samples = []
     for index, row in enumerate(rows, start=1):
@@ -93,15 +111,18 @@ def run_test(code: str, test: dict[str, Any], func_name: str | None, timeout_s: 
 
 class LiveCodeBench(CodeTask):
     name: ClassVar[str] = "lcb"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 3  # 2: code read as the reproduction reads it; 3: v6 = the 175 new problems only
     description: ClassVar[str] = "LiveCodeBench code_generation_lite v6, 175 problems (pass@1, sandboxed)"
 
     def load(self, data: Path | None = None) -> list[Sample]:
         if data is not None:
             return rows_to_samples(read_local(data), str(data))
-        rows = load_hub_rows("livecodebench/code_generation_lite", split="test", version_tag="release_v6",
+        rows = load_hub_rows("livecodebench/code_generation_lite", split="test", version_tag="v6",
                              trust_remote_code=True)
         return rows_to_samples(rows, "livecodebench/code_generation_lite")
+
+    def parse(self, text: str) -> str | None:
+        return extract_lcb_code(text)
 
     def run_tests(self, code: str, sample: Sample) -> Score:
         for number, test in enumerate(sample.meta["tests"], start=1):

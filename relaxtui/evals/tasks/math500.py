@@ -43,7 +43,7 @@ def math_equal(gold: str, predicted: str) -> bool:
 
 class Math500(Task):
     name: ClassVar[str] = "math500"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2  # 2: thinking stripped as the paper's reproduction strips it
     description: ClassVar[str] = "MATH-500 (311 problems), math-verify equivalence"
 
     def load(self, data: Path | None = None) -> list[Sample]:

@@ -1,4 +1,8 @@
-"""Answer extraction shared by the math tasks: boxed contents, markers, integers."""
+"""Answer extraction shared by the math tasks: boxed contents, markers, integers.
+
+Two readings live here: the balanced one MATH-500 uses, and the flat one of the paper's reproduction that AIME
+matches for comparability (``flat_boxed_contents``, ``last_signed_integer``, ``plain_integer``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import re
 
 MARKERS = re.compile(r"(?:final answer is|final answer|answer)\s*[:：]?\s*(.+)", re.IGNORECASE)
 INTEGER = re.compile(r"-?\d[\d,]*")
+FLAT_BOXED = re.compile(r"\\boxed\{([^{}]+)\}")
+SIGNED_DIGITS = re.compile(r"[-+]?\d+")
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -23,6 +29,33 @@ def boxed_contents(text: str) -> list[str]:
                     found.append(text[start:index])
                     break
     return found
+
+
+def flat_boxed_contents(text: str) -> list[str]:
+    r"""Every ``\boxed{…}`` body that holds no brace at all, in order: the box convention of the paper's reproduction.
+
+    graphcore-research/relaxed-spec-dec-repro, ``src/ens_spec_dec/tasks/aime_2024.py``, reads boxes with a
+    brace-free pattern, so ``\boxed{\frac{1}{2}}``, ``\boxed{\text{25}}`` and ``\boxed{10^{3}}`` are not boxes
+    to it, and neither are ``\fbox{…}``, ``\boxed {…}`` (a space) or ``\Boxed{…}``. ``boxed_contents`` above is
+    the balanced reading MATH-500 keeps.
+    """
+    return FLAT_BOXED.findall(text)
+
+
+def last_signed_integer(text: str) -> str | None:
+    """The last run of digits in ``text`` with the ``+``/``-`` written right before it, or None.
+
+    The reproduction's integers have no commas or points, so ``9,975`` ends in ``975``, ``3.14`` in ``14``, and a
+    hyphen joins its number (``x-5`` → ``-5``, ``2024-07`` → ``-07``).
+    """
+    tokens = SIGNED_DIGITS.findall(text)
+    return tokens[-1] if tokens else None
+
+
+def plain_integer(token: str) -> str:
+    """``+007`` → ``7``, ``-012`` → ``-12``, ``-0`` → ``0``: sign and leading zeros as the reproduction writes them."""
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return f"-{digits}" if token.startswith("-") and digits != "0" else digits
 
 
 def strip_text_wrappers(value: str) -> str:
