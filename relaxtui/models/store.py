@@ -36,7 +36,12 @@ def cache_dir() -> Path:
 
 
 def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
-    """A path as given, else a file name (with or without ``.gguf``) inside ``ggml_models/``."""
+    """A path as given, else a file name (with or without ``.gguf``) inside ``ggml_models/``, else a hub name
+    ``hf:REPO[:QUANT | :FILE]`` (pulled on first use, then the linked file is reused offline)."""
+    if str(name_or_path).startswith("hf:"):
+        from relaxtui.models.hub import resolve_hub_name
+
+        return resolve_hub_name(str(name_or_path))
     candidate = Path(name_or_path).expanduser()
     if candidate.exists():
         return candidate
@@ -46,7 +51,7 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
             return in_store
     raise UserError(
         f"model file not found: {name_or_path} (not a path, nor a file in {models_dir()}; "
-        "run `relaxtui models install-default` or `relaxtui models list`)"
+        "run `relaxtui models install-default`, `relaxtui models pull REPO:QUANT` or `relaxtui models list`)"
     )
 
 
@@ -212,17 +217,36 @@ class ModelInfo:
     vocab_size: int | None
     quantisation: str
     name: str
+    source: str = "local"  # "hf:REPO@commit", "pypi:DIST==VERSION", "q4_0 of FILE" or "local"
+
+
+def _packaged_sources() -> dict[str, str]:
+    """Where each embedded model comes from, by file name."""
+    sources = {}
+    for models in MODEL_SETS.values():
+        for model in models:
+            if isinstance(model, PackagedModel):
+                first, version, _ = model.packages[0]
+                count = f"..{len(model.packages)}" if len(model.packages) > 1 else ""
+                sources[model.file_name] = f"pypi:{first}{count}=={version}"
+            else:
+                sources[model.file_name] = f"{model.quant_type} of {model.source.file_name}"
+    return sources
 
 
 def list_models(directory: Path | None = None) -> list[ModelInfo]:
-    """Describe every GGUF in the store from its header (unreadable files are skipped)."""
+    """Describe every GGUF in the store from its header (unreadable files are skipped), with its source."""
+    from relaxtui.models.hub import hub_source, read_records
+
     directory = directory or models_dir()
+    records, packaged = read_records(directory), _packaged_sources()
     infos = []
     for path in sorted(directory.glob("*.gguf")):
         try:
             header = read_header(path)
         except UserError:
             continue
+        source = hub_source(path.name, records) or packaged.get(path.name, "local")
         infos.append(ModelInfo(path, path.stat().st_size, header.architecture, header.vocab_size,
-                               header.quantisation, header.name))
+                               header.quantisation, header.name, source))
     return infos
