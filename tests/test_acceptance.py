@@ -8,7 +8,7 @@ import pytest
 from relaxtui.decoding.acceptance import accept_round
 from relaxtui.decoding.events import Verdict
 from relaxtui.decoding.sampling import SamplingParams, process, sample
-from relaxtui.errors import UserError
+from relaxtui.errors import NumericsError, UserError
 from relaxtui.rules import acceptance_probability, residual
 from relaxtui.rules.strict import Strict
 
@@ -77,7 +77,7 @@ def test_sample_follows_its_weights_and_refuses_zeros():
     draws = np.array([sample(weights, rng) for _ in range(20_000)])
     assert set(np.unique(draws)) == {1, 3}
     assert abs((draws == 3).mean() - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 20_000)
-    with pytest.raises(ValueError):
+    with pytest.raises(NumericsError):
         sample(np.zeros(3), rng)
 
 

@@ -35,8 +35,8 @@ def fails_with(capsys, argv, message):
         (["generate", "hi", "--draft-kind", "mtp"], "unknown drafter kind 'mtp'; known: model, ngram"),
         (["generate", "hi", "--draft-min", "5"], "--draft-min must be in 0..--draft-max (3)"),
         (["generate", "hi", "--draft-p-min", "1.5"], "--draft-p-min must be in [0, 1)"),
-        (["bench", "--n-max", "0"], "--n-max must be in 1..16"),
-        (["bench", "--n-max", "17"], "--n-max must be in 1..16"),
+        (["bench", "--draft-max", "0"], "--draft-max must be in 1..16"),
+        (["bench", "--n-max", "17"], "--draft-max must be in 1..16"),
         (["models", "quantize", "a.gguf", "b.gguf", "--type", "q9_9"], "unknown quantisation type 'q9_9'"),
         (["bogus"], "invalid choice: 'bogus'"),
         (["models", "install-default", "--set", "huge"], "unknown model set 'huge'"),
@@ -100,3 +100,40 @@ def test_context_exhausted_mid_generation_keeps_output(capsys, test_model_path):
     assert len(tokens) == finished["metrics"]["output_tokens"] > 0
     # every token but the last one emitted sits in the 64-slot cache
     assert finished["metrics"]["prompt_tokens"] + len(tokens) - 1 <= 64
+
+
+def test_every_option_of_every_command_has_a_help_line():
+    import argparse
+
+    from relaxtui.cli import build_parser
+
+    def parsers(parser):
+        yield parser.prog, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    yield from parsers(child)
+
+    missing = [f"{prog} {action.option_strings or action.dest}" for prog, parser in parsers(build_parser())
+               for action in parser._actions
+               if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) and not action.help]
+    assert not missing, missing
+
+
+def test_chat_with_a_missing_or_invalid_model_fails_before_the_screen_opens(capsys, monkeypatch, tmp_path):
+    from relaxtui.tui.app import RelaxApp
+
+    def no_screen(self):  # noqa: ANN001
+        raise AssertionError("the UI opened")
+
+    monkeypatch.setattr(RelaxApp, "run", no_screen)
+    fails_with(capsys, ["chat", "--verifier", str(tmp_path / "absent.gguf")], "model file not found")
+    not_gguf = tmp_path / "fake.gguf"
+    not_gguf.write_bytes(b"not a model at all")
+    fails_with(capsys, ["chat", "--verifier", str(not_gguf), "--drafter", "none"], "not a GGUF model file")
+
+
+def test_bench_takes_draft_max_like_every_other_command():
+    from relaxtui.cli import build_parser
+
+    assert build_parser().parse_args(["bench", "--draft-max", "2"]).n_max == 2

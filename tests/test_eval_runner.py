@@ -52,7 +52,7 @@ def test_runner_writes_every_point_problem_and_seed(tmp_path):
                 "degenerate", "rounds", "drafted", "accepted", "per_position_acceptance", "decode_s",
                 "tokens_per_s"):
         assert key in first, key
-    assert first["task_version"] == 1 and first["output_tokens"] == 3
+    assert first["task_version"] == get("aime").version and first["output_tokens"] == 3
 
 
 def test_a_killed_run_resumes_with_nothing_lost_and_nothing_twice(tmp_path):
@@ -76,7 +76,7 @@ def test_a_killed_run_resumes_with_nothing_lost_and_nothing_twice(tmp_path):
 def test_another_run_in_the_same_folder_is_refused(tmp_path):
     store = ResultsStore(tmp_path / "run")
     store.open_run({"task": "aime", "max_tokens": 32})
-    with pytest.raises(UserError, match="holds results of another run \\(differs in max_tokens\\)"):
+    with pytest.raises(UserError, match=r"holds results of another run \(differs in max_tokens \(was 32, now 64\)\)"):
         ResultsStore(tmp_path / "run").open_run({"task": "aime", "max_tokens": 64})
 
 
@@ -189,3 +189,32 @@ def test_rule_specs_can_pin_their_own_knob():
         EvalPlan(rules=("cactus:big",))
     with pytest.raises(UserError, match="out of range for 'mentored'"):
         EvalPlan(rules=("mentored:1.2",))
+
+
+def test_a_stop_mid_sample_records_nothing_unfinished_and_the_run_resumes(tmp_path):
+    """Ctrl-C lands at the next round: the sample in flight is dropped, everything finished is kept."""
+    plan = EvalPlan(rules=("strict",), draft_max=(2,), no_spec=True, repeats=1, max_tokens=30,
+                    sampling=SamplingParams(1.0, 0, 1.0))
+    samples = get("aime").load()[:3]
+    polls = []
+
+    def stop_on_poll_40() -> bool:  # the loop polls once per round; a sample takes more than 10 rounds
+        polls.append(1)
+        return len(polls) >= 40
+
+    store = fake_run(tmp_path, plan, samples, should_stop=stop_on_poll_40)
+    kept = list(store.records())
+    assert 0 < len(kept) < 6
+    assert all(r["output_tokens"] == 30 and r["finish_reason"] == "max_tokens" for r in kept)
+    resumed = list(fake_run(tmp_path, plan, samples).records())
+    assert resumed[: len(kept)] == kept and len(resumed) == 6
+    assert len({(r["config_id"], r["problem_id"], r["seed"]) for r in resumed}) == 6
+
+
+def test_the_run_is_problem_major_so_drift_hits_every_config_alike(tmp_path):
+    samples = get("aime").load()[:2]
+    records = list(fake_run(tmp_path, PLAN, samples).records())
+    order = [(r["problem_id"], r["seed"]) for r in records]
+    configs = len({r["config_id"] for r in records})
+    # each (problem, seed) runs under every config before the next one starts
+    assert order == [pair for pair in dict.fromkeys(order) for _ in range(configs)]

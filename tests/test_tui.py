@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from textual.widgets import Input, Select
@@ -22,12 +24,17 @@ def fake_app(tmp_path=None, **engine_kwargs) -> RelaxApp:
     return RelaxApp(FakeChatEngine(**engine_kwargs), settings, save_dir=tmp_path)
 
 
-async def wait_until(pilot, condition, steps: int = 200) -> None:
-    for _ in range(steps):
-        await pilot.pause(0.02)
-        if condition():
-            return
-    raise AssertionError("condition not reached")
+DEADLINE_S = 120.0  # generous: a loaded 2-core machine is slow, but a real hang still fails
+
+
+async def wait_until(pilot, condition, deadline_s: float = DEADLINE_S) -> None:
+    """Poll ``condition`` between event-loop turns until it holds; fail only after a generous deadline, so
+    the outcome never depends on how fast the machine is."""
+    ends = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > ends:
+            raise AssertionError(f"condition not reached within {deadline_s:.0f} s")
+        await pilot.pause(0.01)
 
 
 async def send(pilot, app: RelaxApp, text: str = "hello") -> None:
@@ -66,20 +73,82 @@ async def test_stats_follow_the_stream():
         assert f"{m.tokens_per_s:.1f} tok/s  c_rel 0.30" in text
 
 
+def gated_app(gate: threading.Event, **settings) -> RelaxApp:
+    """A reply that holds at its 30th verifier row until ``gate`` is set: "during a reply", deterministically."""
+    chosen = {"rule": "strict", "drafter": "fake-drafter", "max_tokens": 400, "seed": 3, **settings}
+    return RelaxApp(FakeChatEngine(gate=gate, gate_after=30), ChatSettings(**chosen))
+
+
+async def start_reply(pilot, app: RelaxApp, text: str = "go") -> None:
+    await wait_until(pilot, lambda: app.ready)
+    await pilot.click("#prompt")
+    await pilot.press(*text, "enter")
+    await wait_until(pilot, lambda: len(app.events) >= 5)
+
+
 async def test_stop_ends_generation_mid_stream():
-    app = fake_app(delay_s=0.01)
-    app.settings = ChatSettings(rule="strict", drafter="fake-drafter", max_tokens=400)
+    gate = threading.Event()
+    app = gated_app(gate)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.ready)
-        await pilot.click("#prompt")
-        await pilot.press(*"go", "enter")
-        await wait_until(pilot, lambda: len(app.events) >= 5)
+        await start_reply(pilot, app)
         await pilot.press("escape")
+        gate.set()
         await wait_until(pilot, lambda: not app.generating)
         assert app.last_metrics.finish_reason == "stopped"
-        assert 5 <= len(app.events) < 400
+        assert 5 <= len(app.events) == app.last_metrics.output_tokens < 400
         await pilot.press(*"again", "enter")  # still usable afterwards
-        await wait_until(pilot, lambda: len(app.conversation) == 4 or not app.generating)
+        await wait_until(pilot, lambda: len(app.conversation) == 4)
+        assert app.last_metrics.finish_reason == "max_tokens"
+
+
+async def test_quit_during_a_reply_stops_and_waits_for_the_worker():
+    gate = threading.Event()
+    app = gated_app(gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await start_reply(pilot, app)
+        worker = app._reply_worker
+        assert worker is not None and not worker.is_finished  # held at the gate: mid-reply
+        threading.Timer(0.3, gate.set).start()  # the decode in flight returns, then the loop sees the stop
+        await pilot.press("ctrl+q")
+    assert worker.is_finished  # quit waited for it...
+    assert app.engine.lock.acquire(blocking=False)  # ...so the models are free to be closed
+    assert len(app.events) < 400
+
+
+async def test_new_chat_during_a_reply_leaves_nothing_of_the_old_one():
+    gate = threading.Event()
+    app = gated_app(gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await start_reply(pilot, app)
+        old_worker = app._reply_worker
+        await pilot.press("ctrl+n")
+        gate.set()
+        await wait_until(pilot, lambda: old_worker.is_finished)
+        await pilot.pause()
+        stats = app.query_one(StatsPanel)
+        assert not app.events and not app.conversation and not list(app.query(TokenView))
+        assert (stats.tokens, stats.counters.rounds, stats.counters.drafted) == (0, 0, 0)
+        assert app.last_metrics is None and not app.generating
+        await pilot.press(*"fresh", "enter")  # the new chat works, with only its own reply
+        await wait_until(pilot, lambda: app.last_metrics is not None and not app.generating)
+        assert len(app.events) == app.last_metrics.output_tokens == stats.tokens
+        assert [m.role for m in app.conversation] == ["user", "assistant"]
+
+
+async def test_messages_of_an_old_reply_or_after_quit_are_ignored():
+    app = fake_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app)
+        count, old = len(app.events), app.generation
+        stale = app.events[:3]
+        app.post_message(RelaxApp.TokensReceived(old - 1, tuple(stale)))
+        app.post_message(RelaxApp.GenerationFailed(old - 1, "late failure"))
+        await pilot.pause()
+        assert len(app.events) == count and not app._notifications
+        app._quitting = True  # what quit sets before the screen goes away
+        app.post_message(RelaxApp.TokensReceived(old, tuple(stale)))
+        await pilot.pause()
+        assert len(app.events) == count
 
 
 async def test_settings_are_validated():
@@ -225,10 +294,10 @@ async def test_real_model_smoke(test_model_path):
     app = RelaxApp(engine, ChatSettings(drafter=str(test_model_path), max_tokens=24, temperature=0.0))
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: app.ready, steps=1500)
+            await wait_until(pilot, lambda: app.ready)
             await pilot.click("#prompt")
             await pilot.press(*"Say hi", "enter")
-            await wait_until(pilot, lambda: app.last_metrics is not None and not app.generating, steps=1500)
+            await wait_until(pilot, lambda: app.last_metrics is not None and not app.generating)
             assert app.events and app.last_metrics.drafted > 0
             assert app.last_metrics.acceptance_rate > 0.9  # the model drafting for itself
             assert app.query(TokenView).last().render().plain.strip()
@@ -258,5 +327,61 @@ async def test_thinking_tokens_go_to_a_collapsed_block():
             reply.add(i, token(i, text))
         await pilot.pause()
         assert [e.text for _, e in reply.thinking_view.tokens] == ["<think>", "let me", " think", "</think>"]
-        assert reply.answer_view.render().plain == "The answer is 4"
+        assert reply.answer_view.plain() == "The answer is 4"
         assert not reply.thinking.has_class("-empty") and reply.thinking.collapsed
+
+
+# -- rendering cost: batched messages, bounded segments -----------------------------------------------------------
+def _event(index: int, round_index: int, n_accepted: int, text: str = "x"):
+    from relaxtui.decoding.events import RoundTiming, TokenEvent
+
+    timing = RoundTiming(round_index, n_accepted + 1, n_accepted, 0.0, 0.0, 0.0, 0.0)
+    return TokenEvent(index, index, text, Verdict.ACCEPTED, 1, 0.5, 0.5, 0.5, 1.0, (), None, timing)
+
+
+def test_token_batches_release_each_round_as_soon_as_it_is_complete():
+    from relaxtui.decoding.events import Finished
+    from relaxtui.tui.app import token_batches
+
+    released_after = []
+    # rounds of 3, 1 and 2 tokens, then an end-of-generation that cut a round short after one token
+    events = [_event(0, 0, 2), _event(1, 0, 2), _event(2, 0, 2), _event(3, 1, 0), _event(4, 2, 1), _event(5, 2, 1),
+              _event(6, 3, 3)]
+
+    def stream():
+        for event in events:
+            released_after.append(event.index)
+            yield event
+        yield Finished("", None)
+
+    batches = []
+    for batch in token_batches(stream()):
+        batches.append(batch)
+        if not isinstance(batch, Finished):
+            assert released_after[-1] == batch[-1].index  # released before the next round is even asked for
+    assert [[e.index for e in b] for b in batches[:-1]] == [[0, 1, 2], [3], [4, 5], [6]]
+    assert isinstance(batches[-1], Finished)
+
+
+async def test_long_reply_is_streamed_in_batches_into_bounded_segments():
+    from relaxtui.tui.widgets.transcript import SEGMENT_TOKENS
+
+    received = []
+
+    def hook(message) -> None:
+        if isinstance(message, RelaxApp.TokensReceived):
+            received.append(len(message.events))
+
+    app = RelaxApp(FakeChatEngine(), ChatSettings(rule="strict", drafter="fake-drafter", max_tokens=1500, seed=3))
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await send(pilot, app)
+        metrics = app.last_metrics
+        assert sum(received) == len(app.events) == metrics.output_tokens == 1500
+        assert len(received) <= metrics.rounds  # at most one UI message per round
+        segments = list(app.query(TokenView))
+        assert len(segments) > 1500 // (4 * SEGMENT_TOKENS)
+        assert all(segment.sealed for segment in segments[:-1])  # finished segments are never re-rendered
+        assert [t for segment in segments for t in segment.tokens] == list(enumerate(app.events))
+        app.select(5)  # selection re-renders only the segment that holds the token
+        await pilot.pause()
+        assert [segment.selected for segment in segments[:2]] == [5, None]

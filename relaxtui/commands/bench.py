@@ -16,7 +16,7 @@ MAX_BENCH_DRAFT = 16
 
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.n_max <= MAX_BENCH_DRAFT:
-        raise UserError(f"--n-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
+        raise UserError(f"--draft-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
     if not args.prompt and not 1 <= args.prompts <= len(BENCH_PROMPTS):
         raise UserError(f"--prompts must be in 1..{len(BENCH_PROMPTS)} (got {args.prompts})")
     if args.max_tokens < 1 or args.repeats < 1 or args.passes < 1:

@@ -6,16 +6,29 @@ import argparse
 from dataclasses import replace
 
 from relaxtui.commands.common import model_options
+from relaxtui.session import ModelOptions
 from relaxtui.tui.engine import NGRAM, NO_DRAFTER, ChatSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rule", default="strict")
+    parser.add_argument("--rule", default="strict", help="acceptance rule (see `relaxtui rules list`)")
     parser.add_argument("--alpha", type=float, default=None, help="the rule's knob")
-    parser.add_argument("--draft-max", "--spec-draft-n-max", type=int, default=3, dest="draft_max")
-    parser.add_argument("--max-tokens", "-n", type=int, default=512)
-    parser.add_argument("--thinking", choices=["on", "off"], default="off")
+    parser.add_argument("--draft-max", "--spec-draft-n-max", type=int, default=3, dest="draft_max",
+                        help="draft length N (0 = verifier alone)")
+    parser.add_argument("--max-tokens", "-n", type=int, default=512, help="longest reply, in tokens")
+    parser.add_argument("--thinking", choices=["on", "off"], default="off",
+                        help="reasoning mode, for chat templates that have one (Qwen3)")
     parser.add_argument("--fake", action="store_true", help="a deterministic fake model pair (no weights)")
+
+
+def check_model_files(options: ModelOptions) -> None:
+    """Resolve both model names and read their GGUF headers (cheap) before any screen opens."""
+    from relaxtui.engine.gguf import read_header
+    from relaxtui.models.store import resolve_model
+
+    names = [options.verifier] + ([options.drafter] if options.drafter and options.draft_kind == "model" else [])
+    for name in names:
+        read_header(resolve_model(name))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
                             thinking=args.thinking == "on", drafter=drafter, max_tokens=args.max_tokens,
                             seed=args.seed)
     settings.validated()  # bad options fail here, before the screen opens
+    if not args.fake:
+        check_model_files(options)  # a missing or non-GGUF model too: one line, exit 2, no screen
     engine = FakeChatEngine() if args.fake else LlamaChatEngine(options)
     if args.fake:
         settings = replace(settings, drafter=engine.drafter_name)

@@ -18,17 +18,19 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft-kind", default="model", help=f"drafter kind: {', '.join(DRAFT_KINDS)}")
     group.add_argument("--ngram-min", type=int, default=1, help="smallest n-gram the ngram drafter matches")
     group.add_argument("--ngram-max", type=int, default=3, help="largest n-gram the ngram drafter matches")
-    group.add_argument("--ctx-size", "-c", type=int, default=4096)
-    group.add_argument("--threads", "-t", type=int, default=None)
+    group.add_argument("--ctx-size", "-c", type=int, default=4096, help="context window, in tokens (default 4096)")
+    group.add_argument("--threads", "-t", type=int, default=None,
+                       help="CPU threads for llama.cpp (default: every core)")
     group.add_argument("--gpu-layers", "-ngl", type=int, default=0, help="layers to offload (-1 = all)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser, *, temperature: float = 0.6) -> None:
     group = parser.add_argument_group("sampling (applied to both models)")
-    group.add_argument("--temperature", "--temp", type=float, default=temperature, help="0 = greedy")
-    group.add_argument("--top-k", type=int, default=20, help="0 = off")
-    group.add_argument("--top-p", type=float, default=0.95, help="1 = off")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--temperature", "--temp", type=float, default=temperature,
+                       help=f"sampling temperature (0 = greedy; default {temperature:g})")
+    group.add_argument("--top-k", type=int, default=20, help="keep the k likeliest tokens (0 = off)")
+    group.add_argument("--top-p", type=float, default=0.95, help="nucleus mass to keep (1 = off)")
+    group.add_argument("--seed", type=int, default=0, help="random seed (drafting and acceptance draws)")
 
 
 def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = True) -> None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from relaxtui.commands.common import model_options, sampling
+from relaxtui.commands.common import add_draft_options, model_options, sampling
 from relaxtui.errors import UserError
 from relaxtui.evals.report import render_table, summarise, write_reports
 from relaxtui.evals.results import ResultsStore, load_records
@@ -20,7 +20,6 @@ from relaxtui.evals.runner import EvalPlan, SampleDone, run_eval
 from relaxtui.evals.tasks import Sample, Task, get
 
 if TYPE_CHECKING:
-    from relaxtui.decoding.sampling import SamplingParams
     from relaxtui.engine.llama import LlamaModel
     from relaxtui.session import ModelOptions
 
@@ -40,10 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--repeats", type=int, default=1, help="n of avg@n; seeds are seed+i")
     run.add_argument("--limit", type=int, default=None, help="only the first K problems")
     run.add_argument("--max-tokens", "-n", type=int, default=None, help="default: the task's budget")
-    run.add_argument("--thinking", choices=["on", "off"], default=None)
+    run.add_argument("--thinking", choices=["on", "off"], default=None,
+                     help="reasoning mode for templates that have one (default: the template's own)")
     run.add_argument("--out", type=Path, default=None, help="results folder (default results/TASK)")
     run.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
-    run.add_argument("--bonus", choices=["auto", "target", "relaxed"], default="auto")
+    add_draft_options(parser, with_length=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
-                    sampling=sampling(args), bonus=args.bonus)
+                    sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
     samples = task.load(args.data)[: args.limit]
     if not samples:
         raise UserError(f"{args.task}: no problems to run")
@@ -71,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
     # the context must hold a prompt plus the whole answer budget, or every long answer ends "context"
     options = replace(options, ctx_size=max(options.ctx_size, max_tokens + PROMPT_ROOM))
     thinking = None if args.thinking is None else args.thinking == "on"
-    manifest = run_manifest(task, options, plan.sampling, max_tokens, thinking=args.thinking, bonus=plan.bonus,
-                            data=args.data)
-    store.open_run(manifest)  # refuse a folder of another run before loading any model
+    manifest = run_manifest(task, options, plan, thinking=args.thinking, data=args.data)
+    environment = run_environment(task)
+    store.open_run(manifest, environment)  # refuse a folder of another run before loading any model
+    if environment and environment.get("sandbox_missing"):
+        print(f"sandbox: {environment['sandbox_missing']}", file=sys.stderr)  # said once per run
 
     from relaxtui.session import load_pair
 
@@ -94,13 +96,31 @@ def run(args: argparse.Namespace) -> int:
     return _report(out)
 
 
-def run_manifest(task: Task, options: ModelOptions, params: SamplingParams, max_tokens: int, *,
-                 thinking: str | None, bonus: str, data: Path | None) -> dict[str, object]:
-    """The run-level settings a results folder is bound to (grid points may vary within it)."""
-    drafter = Path(options.drafter).name if options.drafter and options.draft_kind == "model" else options.draft_kind
+def run_manifest(task: Task, options: ModelOptions, plan: EvalPlan, *, thinking: str | None,
+                 data: Path | None) -> dict[str, object]:
+    """The run's identity: every setting that changes outputs or speed (grid points may vary within a run).
+    Resuming with any of them changed is refused, naming the setting."""
+    model_drafter = options.drafter and options.draft_kind == "model"
+    params = plan.sampling
     return {"task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
-            "drafter": drafter, "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
-            "max_tokens": max_tokens, "thinking": thinking, "bonus": bonus, "data": str(data) if data else None}
+            "drafter": Path(options.drafter).name if model_drafter else options.draft_kind,
+            "draft_kind": options.draft_kind,
+            "ngram": [options.ngram_min, options.ngram_max] if options.draft_kind == "ngram" else None,
+            "draft_min": plan.draft_min, "draft_p_min": options.draft_p_min, "draft_adapt": plan.adaptive,
+            "bonus": plan.bonus, "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
+            "max_tokens": plan.max_tokens, "thinking": thinking, "system": None, "ctx_size": options.ctx_size,
+            "threads": options.threads, "gpu_layers": options.gpu_layers, "data": str(data) if data else None}
+
+
+def run_environment(task: Task) -> dict[str, object] | None:
+    """Facts recorded with a run but not part of its identity: which sandbox protections were active."""
+    from relaxtui.evals.tasks.code import CodeTask
+
+    if not isinstance(task, CodeTask):
+        return None
+    from relaxtui.evals import sandbox
+
+    return {"sandbox": sandbox.protections(), "sandbox_missing": sandbox.missing_protections_line()}
 
 
 def sample_tokenizer(model: LlamaModel, *, thinking: bool | None = None) -> Callable[[Sample], list[int]]:

@@ -4,12 +4,14 @@ the capability-vs-speed Pareto front and a plain recommendation."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.commands.common import model_options, sampling
-from relaxtui.commands.eval import ProgressBar, run_manifest, sample_tokenizer
+from relaxtui.commands.eval import ProgressBar, run_environment, run_manifest, sample_tokenizer
 from relaxtui.errors import UserError
 from relaxtui.evals.report import render_table, summarise, write_reports
 from relaxtui.evals.results import ResultsStore
@@ -20,7 +22,7 @@ from relaxtui.models.registry import DEFAULT_DRAFTER
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("task")
+    parser.add_argument("task", help="aime, aime25, math500, gpqa, lcb or humaneval")
     parser.add_argument("--limit", type=int, default=5, help="problems to score (K)")
     parser.add_argument("--draft-max", nargs="+", type=int, default=[2, 3, 4], help="strict draft lengths to try")
     parser.add_argument("--drafters", nargs="+", default=[DEFAULT_DRAFTER], help="drafter files, or 'ngram'")
@@ -28,10 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", nargs="+", type=float, default=[], help="knobs (default: 2 per rule's grid)")
     parser.add_argument("--relaxed-n", type=int, default=None, help="N for relaxed rules (default: best strict)")
     parser.add_argument("--max-drop", type=float, default=2.0, help="accuracy points you accept to lose")
-    parser.add_argument("--max-tokens", "-n", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--max-tokens", "-n", type=int, default=512, help="answer budget per problem, in tokens")
+    parser.add_argument("--repeats", type=int, default=1, help="seeds per problem (avg@n)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default results/tune-TASK)")
-    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     samples = task.load(args.data)[: args.limit]
     params = sampling(args)
     out = args.out or Path("results") / f"tune-{args.task}"
+    stop_requested = threading.Event()
     all_records = []
     for position, drafter in enumerate(args.drafters):
         is_ngram = drafter == "ngram"
@@ -56,27 +59,33 @@ def run(args: argparse.Namespace) -> int:
         if is_ngram:
             options = replace(options, drafter="ngram")
         stem = "ngram" if is_ngram else Path(drafter).name.removesuffix(".gguf")
-        manifest = run_manifest(task, options, params, args.max_tokens, thinking=None, bonus="auto", data=args.data)
+        identity = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
+        manifest = run_manifest(task, options, identity, thinking=None, data=args.data)
         store = ResultsStore(out / stem)
-        store.open_run(manifest)
+        store.open_run(manifest, run_environment(task))
         pair = load_pair(options)
         tokenize = sample_tokenizer(pair.verifier)
         progress = ProgressBar(sys.stderr)
+        previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
         try:
             strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), no_spec=position == 0,
                               repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
             run_eval(task, samples, strict, manifest, store, pair.verifier, pair.drafter, tokenize,
-                     on_sample=progress.update)
+                     on_sample=progress.update, should_stop=stop_requested.is_set)
             relaxed_n = args.relaxed_n or _best_strict_n([*all_records, *store.records()])
             for rule in args.rule:
                 knobs = tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2]
                 plan = EvalPlan(rules=(rule,), alphas=knobs, draft_max=(relaxed_n,), no_spec=False,
                                 repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
                 run_eval(task, samples, plan, manifest, store, pair.verifier, pair.drafter, tokenize,
-                         on_sample=progress.update)
+                         on_sample=progress.update, should_stop=stop_requested.is_set)
         finally:
+            signal.signal(signal.SIGINT, previous)
             progress.close()
             pair.close()
+        if stop_requested.is_set():
+            print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
+            return 130
         for record in store.records():
             if len(args.drafters) > 1 and record["config"]["rule"] is not None:
                 record["config"]["label"] += f" [{stem}]"

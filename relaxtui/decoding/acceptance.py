@@ -13,7 +13,8 @@ import numpy as np
 
 from relaxtui.decoding.events import Verdict
 from relaxtui.decoding.sampling import SamplingParams, process, sample, softmax
-from relaxtui.rules.base import Rule, residual
+from relaxtui.errors import NumericsError
+from relaxtui.rules.base import Rule, require_finite, residual
 
 DraftStep = Callable[[], tuple[np.ndarray, np.ndarray]]  # one extra drafter step: (q, raw logits) at N+1
 
@@ -53,7 +54,11 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits:
         p = process(target_logits[i], sampling)
         q = draft_probs[i]
         logits_q = draft_logits[i] if draft_logits is not None else None
-        decision = rule.decide(p, q, x, logits_p=target_logits[i], logits_q=logits_q)
+        try:
+            decision = rule.decide(p, q, x, logits_p=target_logits[i], logits_q=logits_q)
+        except NumericsError as exc:
+            raise NumericsError(f"rule {rule!r} at draft position {i + 1}: {exc}") from None
+        require_finite(decision, p, q, x, rule=repr(rule), position=i + 1)
         # uniform in [0, 1) as float64: u < 1 always accepts an accept_prob of 1, never one of 0.
         if rng.random() < decision.accept_prob:
             emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x]), float(q[x]), float(decision.pi_rej[x]),
@@ -91,7 +96,7 @@ def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,
     """Temperature 0: exact argmax matching for every rule (SPEC §2); probabilities reported at T=1."""
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
-        target = int(np.argmax(target_logits[i]))
+        target = _argmax(target_logits[i])
         p = softmax(target_logits[i])
         q = softmax(draft_logits[i]) if draft_logits is not None else None
         if x == target:
@@ -102,12 +107,20 @@ def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,
                                (("accept_prob", 0.0),), rejected_token=x, p_row=p, q_row=q))
         return emitted
     last = target_logits[len(draft_tokens)]
-    target = int(np.argmax(last))
+    target = _argmax(last)
     p = softmax(last)
     verdict = Verdict.BONUS if draft_tokens else Verdict.VERIFIER
     emitted.append(Emitted(target, verdict, len(draft_tokens) + 1 if draft_tokens else 0, float(p[target]), None,
                            1.0, None, (), p_row=p))
     return emitted
+
+
+def _argmax(logits: np.ndarray) -> int:
+    """argmax that refuses NaN/+inf (numpy's argmax returns the first NaN, as if it were the best token)."""
+    best = int(np.argmax(logits))
+    if not np.isfinite(logits[best]):
+        raise NumericsError(f"the verifier's logits hold a non-finite value ({logits[best]}) at token {best}")
+    return best
 
 
 def _prob(row: np.ndarray | None, token: int) -> float | None:

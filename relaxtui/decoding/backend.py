@@ -21,6 +21,9 @@ class Backend(Protocol):
     n_past: int
     decode_seconds: float
 
+    @property
+    def cached_tokens(self) -> Sequence[int]: ...  # the tokens in the KV cache, in order
+
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray: ...
     def rollback(self, position: int) -> None: ...
     def reset(self) -> None: ...
@@ -48,6 +51,10 @@ class FakeBackend:
     @property
     def n_past(self) -> int:
         return len(self.cached)
+
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        return self.cached
 
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
         if self.n_past + len(tokens) > self.n_ctx:

@@ -23,6 +23,7 @@ class RoundCounters:
     round_s: float = 0.0
     reached: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
+    draft_lengths: list[int] = field(default_factory=list)  # k_r of every round, in order (cost profiles price it)
 
     def __post_init__(self) -> None:
         self.reached = [0] * self.draft_max
@@ -35,6 +36,7 @@ class RoundCounters:
             self.reached += [0] * grow
             self.accepted_at += [0] * grow
         self.rounds += 1
+        self.draft_lengths.append(n_drafted)
         self.drafted += n_drafted
         self.accepted += n_accepted
         for position in range(min(n_drafted, n_accepted + 1)):

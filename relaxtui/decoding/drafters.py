@@ -2,19 +2,21 @@
 
 A drafter's lifecycle follows llama.cpp's common/speculative.h: ``begin(prompt)`` → ``draft(context, n)``
 per round. The model drafter keeps its own KV cache and re-synchronises by common prefix with the context
-it is given, so it never needs to be told which drafts were accepted.
+it is given, so it never needs to be told which drafts were accepted. Its model's own record of cached
+tokens is the single source of truth, so anything else that uses the model (a timing) cannot desync it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.prefill import ReusePolicy, common_prefix, prefill
 from relaxtui.decoding.sampling import SamplingParams, process, sample
 
 
@@ -30,7 +32,8 @@ class Draft:
 class Drafter(Protocol):
     kind: str
 
-    def begin(self, prompt: Sequence[int]) -> None: ...
+    def begin(self, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
+              should_stop: Callable[[], bool] = ...) -> bool: ...
     def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
               rng: np.random.Generator) -> Draft: ...
     def next_distribution(self, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]: ...
@@ -44,14 +47,6 @@ def _confidence(q: np.ndarray, logits: np.ndarray, sampling: SamplingParams) -> 
     return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 class ModelDrafter:
     """A GGUF LM sharing the verifier's vocabulary (checked before use by ``check_vocab``)."""
 
@@ -63,7 +58,6 @@ class ModelDrafter:
         self.p_min = p_min  # stop drafting when the drafter's top probability falls below this
         self._last_draft: list[int] = []
         self._last_context: list[int] = []
-        self._cached: list[int] = []  # tokens in the drafter's KV cache
 
     def _fit(self, logits: np.ndarray) -> np.ndarray:
         """Drafter and verifier vocabularies may differ by ≤128 padding entries: pad or cut to the target's,
@@ -76,19 +70,16 @@ class ModelDrafter:
         pad = np.full(logits.shape[:-1] + (self.target_vocab - size,), -np.inf, dtype=logits.dtype)
         return np.concatenate([logits, pad], axis=-1)
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        self.model.reset()
-        if len(prompt) > 1:
-            self.model.decode(list(prompt[:-1]))
-        self._cached = list(prompt[:-1])
+    def begin(self, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
+              should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Prefill everything but the last prompt token (the first draft step decodes it); False if stopped."""
+        return prefill(self.model, prompt[:-1], reuse=reuse, should_stop=should_stop)[1]
 
     def _sync(self, context: Sequence[int]) -> np.ndarray:
         """Roll back to the common prefix, decode the rest of the context, return the last logits row."""
-        keep = min(_common_prefix(self._cached, context), len(context) - 1)
+        keep = min(common_prefix(self.model.cached_tokens, context), len(context) - 1)
         self.model.rollback(keep)
-        del self._cached[keep:]
         logits = self.model.decode(list(context[keep:]), logits_rows=[-1])[0]
-        self._cached.extend(context[keep:])
         return self._fit(logits)
 
     def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
@@ -110,7 +101,6 @@ class ModelDrafter:
                 raw.append(logits)
                 if i + 1 < n:
                     logits = self._fit(self.model.decode([x], logits_rows=[0])[0])
-                    self._cached.append(x)
         self._last_context, self._last_draft = list(context), tokens
         empty = np.empty((0, self.target_vocab))
         return Draft(tokens, np.stack(probs) if probs else empty, np.stack(raw) if raw else empty,

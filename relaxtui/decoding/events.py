@@ -79,6 +79,9 @@ class Metrics:
     llama_s: float
     truncated: bool
     finish_reason: str  # "eog", "max_tokens", "context", "stopped"
+    draft_lengths: tuple[int, ...] = ()  # drafts verified in each round, in order (0 = a verifier-only step)
+    extra_draft_steps: int = 0  # drafter steps past the draft (a relaxed bonus needs q at N+1)
+    prefill_decoded: int = -1  # prompt tokens the verifier decoded (the rest was reused from its cache)
 
     @property
     def acceptance_rate(self) -> float:

@@ -20,6 +20,7 @@ from relaxtui.decoding.backend import Backend
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.events import Event, Finished, Metrics, RoundTiming, TokenEvent
+from relaxtui.decoding.prefill import ReusePolicy, prefill
 from relaxtui.decoding.sampling import SamplingParams, spawn_generators
 from relaxtui.engine.text import StreamDecoder
 from relaxtui.errors import ContextFull, UserError
@@ -40,6 +41,7 @@ class GenerationConfig:
     bonus: str = "auto"  # "auto" (the rule's policy), "target" (p) or "relaxed" (the rule's target at N+1)
     draft_min: int = 0  # drafts shorter than this are dropped (the round runs verifier-only)
     adaptive: bool = False  # grow N after a fully accepted round, shrink it after an early rejection
+    reuse: ReusePolicy = "exact"  # KV reuse across calls: "exact" (same prompt only) or "longest" (chat turns)
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= MAX_DRAFT:
@@ -107,14 +109,17 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
     draft_length = DraftLength(draft_max, max(config.draft_min, 1), config.adaptive)
     # a relaxed bonus needs one more drafter step past the draft; only model drafters have one
     can_extend = drafter is not None and getattr(drafter, "model", None) is not None
-    bonus_draft = (lambda: drafter.next_distribution(sampling)) if can_extend else None
+    extra_steps = 0
+
+    def bonus_draft() -> tuple[np.ndarray, np.ndarray]:
+        nonlocal extra_steps
+        extra_steps += 1
+        return drafter.next_distribution(sampling)  # type: ignore[union-attr]
 
     started = clock()
-    verifier.reset()
-    if len(prompt) > 1:
-        verifier.decode(prompt[:-1])
-    if drafter is not None:
-        drafter.begin(prompt)
+    prefill_decoded, prefilled = prefill(verifier, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
+    if prefilled and drafter is not None:
+        prefilled = drafter.begin(prompt, reuse=config.reuse, should_stop=should_stop)
     prefill_s = clock() - started
 
     counters = RoundCounters(draft_max)
@@ -126,7 +131,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
     finish = "max_tokens"
     decode_started = clock()
     llama_before = _llama_seconds(verifier, drafter)
-    while len(output) < config.max_tokens:
+    while prefilled and len(output) < config.max_tokens:
         if should_stop():
             finish = "stopped"
             break
@@ -151,7 +156,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         t2 = clock()
         emitted = accept_round(draft_tokens, draft.probs if draft else np.empty((0, 0)),
                                draft.logits if draft else None, target_logits, rule, sampling, accept_rng,
-                               bonus_draft=bonus_draft, bonus=config.bonus)
+                               bonus_draft=bonus_draft if can_extend else None, bonus=config.bonus)
         n_accepted = len(emitted) - 1
         verifier.rollback(base + 1 + n_accepted)  # keep `last` and the accepted drafts
         t3 = clock()
@@ -172,6 +177,8 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         last = emitted[-1].token_id
         if stop:
             break
+    if not prefilled:
+        finish = "stopped"
     tail = decoder.flush()
     text_parts.append(tail)
     decode_s = clock() - decode_started
@@ -181,7 +188,8 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         per_position_accepted=tuple(counters.accepted_at), prefill_s=prefill_s, decode_s=decode_s,
         draft_s=counters.draft_s, verify_s=counters.verify_s,
         llama_s=_llama_seconds(verifier, drafter) - llama_before, truncated=finish in {"context", "max_tokens"},
-        finish_reason=finish,
+        finish_reason=finish, draft_lengths=tuple(counters.draft_lengths), extra_draft_steps=extra_steps,
+        prefill_decoded=prefill_decoded,
     )
     yield Finished("".join(text_parts), metrics, tuple(output))
 

@@ -28,8 +28,9 @@ class NgramDrafter:
         self.window = window  # how far back to search, in tokens
         self.model = None  # no model: the loop's llama-time accounting skips us
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], **_: object) -> bool:
         """Nothing to prefill; the lookup reads the context it is given each round."""
+        return True
 
     def propose(self, context: Sequence[int], n: int) -> list[int]:
         """Longest n-gram first: find the most recent earlier occurrence of the context's last g tokens and

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxtui.errors import UserError
+from relaxtui.errors import NumericsError, UserError
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,10 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Inverse-CDF draw from a non-negative (not necessarily normalised) vector. Never argmaxes zeros."""
     cumulative = np.cumsum(probs)
     total = cumulative[-1]
+    if not np.isfinite(total):  # a NaN or inf anywhere makes the running sum non-finite
+        raise NumericsError(f"cannot sample from a distribution with non-finite mass ({total})")
     if not total > 0:
-        raise ValueError("cannot sample from an all-zero distribution")
+        raise NumericsError("cannot sample from an all-zero distribution")
     index = int(np.searchsorted(cumulative, rng.random() * total, side="right"))
     return min(index, len(probs) - 1)
 

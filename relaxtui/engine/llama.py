@@ -99,7 +99,7 @@ class LlamaModel:
         self.n_vocab = _llama.llama_vocab_n_tokens(self._vocab)
         self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
         self._memory = _llama.llama_get_memory(self._ctx)
-        self.n_past = 0  # tokens currently in the KV cache
+        self._tokens: list[int] = []  # the tokens in the KV cache, in order (what prefix reuse compares against)
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
 
     # -- vocabulary -------------------------------------------------------------------------------
@@ -150,6 +150,15 @@ class LlamaModel:
         return value if isinstance(value, str) else None
 
     # -- decoding ---------------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Tokens currently in the KV cache."""
+        return len(self._tokens)
+
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        return self._tokens
+
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
         """Append ``tokens`` at the current position; return logits for ``logits_rows`` (indices into
         ``tokens``, negative allowed) as a float32 array [len(logits_rows), n_vocab]. Chunks by n_batch."""
@@ -164,9 +173,10 @@ class LlamaModel:
             batch = self._batch
             batch.n_tokens = len(chunk)
             chunk_rows = []
+            n_past = self.n_past
             for j, token in enumerate(chunk):
                 batch.token[j] = token
-                batch.pos[j] = self.n_past + j
+                batch.pos[j] = n_past + j
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = 0
                 flag = (start + j) in wanted
@@ -178,7 +188,7 @@ class LlamaModel:
             self.decode_seconds += time.perf_counter() - started
             if status != 0:
                 raise RuntimeError(f"llama_decode failed with status {status}")
-            self.n_past += len(chunk)
+            self._tokens.extend(int(t) for t in chunk)
             for j in chunk_rows:
                 pointer = _llama.llama_get_logits_ith(self._ctx, j)
                 out[filled] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
@@ -190,11 +200,11 @@ class LlamaModel:
         """Drop every cached token at ``position`` and after (the KV cache keeps [0, position))."""
         if position < self.n_past:
             _llama.llama_memory_seq_rm(self._memory, 0, position, -1)
-            self.n_past = position
+            del self._tokens[position:]
 
     def reset(self) -> None:
         _llama.llama_memory_clear(self._memory, True)
-        self.n_past = 0
+        self._tokens.clear()
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):

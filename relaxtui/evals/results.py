@@ -19,6 +19,7 @@ from relaxtui.errors import UserError
 
 MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
+ENVIRONMENT = "environment"  # manifest key for facts about the machine, not part of the run's identity
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,12 @@ class ResultsStore:
         self.directory = Path(directory)
         self.path = self.directory / RESULTS
 
-    def open_run(self, run: dict[str, Any]) -> None:
-        """Create the folder, or check that its manifest describes this same run (grid points may differ)."""
+    def open_run(self, run: dict[str, Any], environment: dict[str, Any] | None = None) -> None:
+        """Create the folder, or check that its manifest describes this same run (grid points may differ).
+
+        ``run`` is the run's identity: every setting that changes outputs or speed; resuming with any of them
+        changed is refused, naming them. ``environment`` (e.g. which sandbox protections were active) is
+        recorded, refreshed on resume, and never compared."""
         _check_writable(self.directory)
         manifest = self.directory / MANIFEST
         if manifest.exists():
@@ -65,12 +70,17 @@ class ResultsStore:
                 existing = json.loads(manifest.read_text())
             except json.JSONDecodeError:
                 raise UserError(f"{manifest} is not valid JSON; use another --out") from None
+            existing.pop(ENVIRONMENT, None)
             if existing != run:
                 diff = sorted(k for k in set(existing) | set(run) if existing.get(k) != run.get(k))
-                raise UserError(f"{self.directory} holds results of another run (differs in {', '.join(diff)}); "
+                shown = ", ".join(f"{k} (was {existing.get(k)!r}, now {run.get(k)!r})" for k in diff)
+                raise UserError(f"{self.directory} holds results of another run (differs in {shown}); "
                                 "use another --out or the same settings")
-        else:
-            manifest.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+        if environment is not None or not manifest.exists():
+            content = {**run, **({ENVIRONMENT: environment} if environment is not None else {})}
+            partial = manifest.with_name(MANIFEST + ".partial")
+            partial.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+            partial.replace(manifest)  # atomic: a kill never leaves a half-written manifest
         self._repair_torn_tail()
 
     def _repair_torn_tail(self) -> None:
@@ -115,4 +125,5 @@ def load_records(directory: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
         run = json.loads(manifest.read_text())
     except json.JSONDecodeError:
         raise UserError(f"{manifest} is not valid JSON") from None
+    run.pop(ENVIRONMENT, None)
     return run, list(ResultsStore(directory).records())

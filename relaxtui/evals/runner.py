@@ -1,26 +1,28 @@
 """The headless eval runner: every grid point × problem × repeat, scored and appended as it finishes.
 
 Seeds are ``seed + repeat`` (avg@n); the same seeds run under every config, so speed and capability compare
-like for like. The verifier-alone baseline (when asked for) runs first, so speed-ups are available early.
+like for like, pair by pair. Order is problem-major: each (problem, seed) runs under every config before the
+next, so drift in machine speed hits all configs alike. The driver plans *work units* and writes records;
+an executor (one sequence at a time here, many sequences or Ray actors elsewhere) turns units into records.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from relaxtui.decoding.backend import Backend
 from relaxtui.decoding.drafters import Drafter
-from relaxtui.decoding.events import Finished, Metrics
+from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.evals.degeneracy import is_degenerate
 from relaxtui.evals.results import GridPoint, ResultsStore, config_id
 from relaxtui.evals.tasks.base import Sample, Task
-from relaxtui.rules import PAPER_GRID, RULES, make
+from relaxtui.rules import PAPER_GRID, RULES, Rule, make
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class EvalPlan:
     max_tokens: int = 4096
     sampling: SamplingParams = SamplingParams()
     bonus: str = "auto"
+    draft_min: int = 0
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -88,61 +92,121 @@ class SampleDone:
     skipped: int
 
 
-def _record(task: Task, sample: Sample, point: GridPoint, cid: str, seed: int, repeat: int, text: str,
-            metrics: Metrics, token_ids: Sequence[int]) -> dict[str, Any]:
-    score = task.score(text, sample)
+@dataclass(frozen=True)
+class WorkUnit:
+    """One generation to run: a (problem, seed) under one config. Units are what executors consume."""
+
+    sample: Sample
+    point: GridPoint
+    config_id: str
+    seed: int
+    repeat: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.config_id, self.sample.id, self.seed
+
+
+def plan_units(samples: Sequence[Sample], plan: EvalPlan, run: dict[str, Any]) -> list[WorkUnit]:
+    """Every unit of the run, problem-major: each (problem, seed) goes through every config before the next
+    one starts, so a machine that speeds up or slows down mid-run shifts all configs alike (paired runs)."""
+    points = [(point, config_id(run, point)) for point in plan.points()]
+    return [WorkUnit(sample, point, cid, plan.seed + repeat, repeat)
+            for sample in samples for repeat in range(plan.repeats) for point, cid in points]
+
+
+def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any]:
+    """The JSON line of a finished unit: identity, output, score, and every counter the reports need."""
+    metrics = finished.metrics
+    score = task.score(finished.text, unit.sample)
     return {
-        "task": task.name, "task_version": task.version, "problem_id": sample.id, "config_id": cid,
-        "config": {**asdict(point), "label": point.label}, "seed": seed, "repeat": repeat,
-        "output": text, "parsed": score.parsed if isinstance(score.parsed, (str, int, float)) else None,
+        "task": task.name, "task_version": task.version, "problem_id": unit.sample.id,
+        "config_id": unit.config_id, "config": {**asdict(unit.point), "label": unit.point.label},
+        "seed": unit.seed, "repeat": unit.repeat,
+        "output": finished.text, "parsed": score.parsed if isinstance(score.parsed, (str, int, float)) else None,
         "correct": bool(score.correct), "detail": score.detail,
         "output_tokens": metrics.output_tokens, "prompt_tokens": metrics.prompt_tokens,
         "truncated": metrics.truncated, "finish_reason": metrics.finish_reason,
-        "degenerate": is_degenerate(token_ids),
+        "degenerate": is_degenerate(finished.token_ids),
         "rounds": metrics.rounds, "drafted": metrics.drafted, "accepted": metrics.accepted,
+        "draft_lengths": list(metrics.draft_lengths), "extra_draft_steps": metrics.extra_draft_steps,
         "per_position_reached": list(metrics.per_position_reached),
         "per_position_accepted": list(metrics.per_position_accepted),
         "per_position_acceptance": list(metrics.per_position_acceptance),
         "decode_s": metrics.decode_s, "prefill_s": metrics.prefill_s, "tokens_per_s": metrics.tokens_per_s,
+        "finished_at": time.time(),
     }
+
+
+def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule | None]:
+    rule = (make(unit.point.rule, unit.point.knob, temperature=plan.sampling.temperature or 1.0)
+            if unit.point.rule else None)
+    config = GenerationConfig(draft_max=unit.point.draft_max, max_tokens=plan.max_tokens, sampling=plan.sampling,
+                              seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive)
+    return config, rule
+
+
+class SequentialExecutor:
+    """Runs units one at a time on one verifier/drafter pair (the one-sequence loop)."""
+
+    def __init__(self, verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
+        self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
+        self._prompts: dict[str, list[int]] = {}
+
+    def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
+            should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+        """Yield one record per finished unit; a unit cut short by a stop request yields nothing."""
+        for unit in units:
+            if should_stop():
+                return
+            prompt = self._prompts.get(unit.sample.id)
+            if prompt is None:
+                prompt = self._prompts[unit.sample.id] = self.tokenize(unit.sample)
+            config, rule = unit_config(plan, unit)
+            drafter = self.drafter if unit.point.rule else None
+            finished = None
+            for event in generate(self.verifier, prompt, config, drafter=drafter, rule=rule,
+                                  should_stop=should_stop):
+                if isinstance(event, Finished):
+                    finished = event
+            assert finished is not None
+            if finished.metrics.finish_reason == "stopped":
+                return  # the unfinished sample is not recorded; the next run redoes it
+            yield make_record(task, unit, finished)
+
+
+class Executor(Protocol):
+    def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
+            should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]: ...
+
+
+def run_units(task: Task, samples: Sequence[Sample], plan: EvalPlan, run: dict[str, Any], store: ResultsStore,
+              executor: Executor, on_sample: Callable[[SampleDone], None] = lambda _: None,
+              should_stop: Callable[[], bool] = lambda: False) -> None:
+    """The driver: plan the units, skip what the store already has, append each record as it arrives.
+    Only the driver writes, so resume and deduplication live in one place whatever the executor is."""
+    store.open_run(run)
+    units = plan_units(samples, plan, run)
+    done_keys = store.done_keys()
+    todo = [unit for unit in units if unit.key not in done_keys]
+    skipped = len(units) - len(todo)
+    done = skipped
+    for record in executor.run(task, plan, todo, should_stop):
+        key = (record["config_id"], record["problem_id"], record["seed"])
+        if key in done_keys:
+            continue  # an executor that retried a unit may return it twice: the first one wins
+        done_keys.add(key)
+        store.append(record)
+        done += 1
+        on_sample(SampleDone(record, done, len(units), skipped))
 
 
 def run_eval(task: Task, samples: Sequence[Sample], plan: EvalPlan, run: dict[str, Any], store: ResultsStore,
              verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
              on_sample: Callable[[SampleDone], None] = lambda _: None,
              should_stop: Callable[[], bool] = lambda: False) -> None:
-    store.open_run(run)
-    done_keys = store.done_keys()
-    points = plan.points()
-    if drafter is None and any(p.rule is not None for p in points):
+    """Run the plan on one local pair, one sequence at a time."""
+    if drafter is None and any(p.rule is not None for p in plan.points()):
         raise UserError("speculative configs need a drafter; pass --drafter or only --no-spec")
-    total = len(points) * len(samples) * plan.repeats
-    prompts: dict[str, list[int]] = {}
-    done = skipped = 0
-    for point in points:
-        cid = config_id(run, point)
-        rule = make(point.rule, point.knob, temperature=plan.sampling.temperature or 1.0) if point.rule else None
-        config_drafter = drafter if point.rule else None
-        for sample in samples:
-            for repeat in range(plan.repeats):
-                seed = plan.seed + repeat
-                done += 1
-                if (cid, sample.id, seed) in done_keys:
-                    skipped += 1
-                    continue
-                if should_stop():
-                    return
-                if sample.id not in prompts:
-                    prompts[sample.id] = tokenize(sample)
-                config = GenerationConfig(draft_max=point.draft_max, max_tokens=plan.max_tokens,
-                                          sampling=plan.sampling, seed=seed, bonus=plan.bonus)
-                finished = None
-                for event in generate(verifier, prompts[sample.id], config, drafter=config_drafter, rule=rule):
-                    if isinstance(event, Finished):
-                        finished = event
-                assert finished is not None
-                record = _record(task, sample, point, cid, seed, repeat, finished.text, finished.metrics,
-                                 finished.token_ids)
-                record["finished_at"] = time.time()
-                store.append(record)
-                on_sample(SampleDone(record, done, total, skipped))
+    run_units(task, samples, plan, run, store, SequentialExecutor(verifier, drafter, tokenize), on_sample,
+              should_stop)

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from relaxtui.errors import UserError
+from relaxtui.errors import NumericsError, UserError
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +27,27 @@ class Decision:
 
 
 def acceptance_probability(pi_rej: np.ndarray, q: np.ndarray, x: int) -> float:
-    """min(1, π_rej(x)/q(x)); q(x) = 0 rejects (the draft could not have come from q)."""
-    q_x = float(q[x])
+    """min(1, π_rej(x)/q(x)); q(x) = 0 rejects (the draft could not have come from q).
+
+    Non-finite inputs raise: Python's ``min(1, nan)`` is 1, so an unguarded NaN would silently accept."""
+    q_x, pi_x = float(q[x]), float(pi_rej[x])
+    if not (np.isfinite(q_x) and np.isfinite(pi_x)):
+        raise NumericsError(f"non-finite acceptance input for token {x}: pi_rej(x)={pi_x}, q(x)={q_x}")
     if q_x <= 0.0:
         return 0.0
-    return min(1.0, float(pi_rej[x]) / q_x)
+    return min(1.0, pi_x / q_x)
+
+
+def require_finite(decision: Decision, p: np.ndarray, q: np.ndarray, x: int, *, rule: str, position: int) -> None:
+    """Every number an acceptance decision rests on must be finite: a NaN compares False everywhere, so it
+    would silently turn into "accept" (min(1, NaN) = 1) or "defer" depending on how a test is written."""
+    values = {"p(x)": float(p[x]), "q(x)": float(q[x]), "pi_rej(x)": float(decision.pi_rej[x]),
+              **dict(decision.statistic)}
+    bad = {name: value for name, value in values.items() if not np.isfinite(value)}
+    if bad:
+        shown = ", ".join(f"{name}={value}" for name, value in bad.items())
+        raise NumericsError(f"rule {rule} at draft position {position}, token {x}: non-finite {shown} "
+                            "(a broken model output or a bug in the rule; nothing was accepted)")
 
 
 def residual(pi_res: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from relaxtui.errors import NumericsError
 from relaxtui.rules.base import Rule
 
 
@@ -18,22 +19,21 @@ def _sum_a_log_b(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
-    """JS(p, q) in nats = log 2 + ½[Σ p log p + Σ q log q − Σ (p+q) log(p+q)].
+    """JS(p, q) in nats = log 2 + ½[Σ p log p + Σ q log q − Σ (p+q) log(p+q)], in float64 with 0·log 0 = 0.
 
-    After top-k/top-p the joint support is a few dozen entries, so we gather it first; on a dense 152k
-    distribution gathering costs more than three masked logs and dot products over the whole vocabulary."""
-    if np.count_nonzero(p) == len(p) and np.count_nonzero(q) == len(q):
-        # dense: no masks needed, and float32 logs (error ~1e-6 nats, far below any threshold) are twice as fast
-        p32, q32 = p.astype(np.float32), q.astype(np.float32)
-        total = p32 + q32
-        inner = float(p32 @ np.log(p32)) + float(q32 @ np.log(q32)) - float(total @ np.log(total))
-        return max(0.0, float(np.log(2.0)) + 0.5 * inner)
+    Float64 throughout: in float32 a softmax over large logits underflows to exact zeros, and the unmasked
+    0·log 0 = NaN then reads as "JS = 0, accept" (found in the dense path). After top-k/top-p the joint
+    support is a few dozen entries, so we gather it first; on a dense row the masked logs are cheaper."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     support = np.flatnonzero((p > 0) | (q > 0))
     if len(support) < len(p) // 8:
         p, q = p[support], q[support]
     total = p + q
     inner = _sum_a_log_b(p, p) + _sum_a_log_b(q, q) - _sum_a_log_b(total, total)
-    return max(0.0, float(np.log(2.0)) + 0.5 * inner)
+    js = float(np.log(2.0)) + 0.5 * inner
+    if not np.isfinite(js):
+        raise NumericsError(f"Jensen-Shannon divergence is not finite ({js}): p or q holds NaN or inf")
+    return min(max(0.0, js), float(np.log(2.0)))  # clip rounding just outside [0, ln 2]
 
 
 class RFuzzy(Rule):

@@ -3,6 +3,7 @@
 Both targets = softmax over G of ((1+β)·z_p − β·z_q)/T, zero outside G, where z are raw logits and G is the
 verifier's support after top-k/top-p. π_bonus is the same rule at N+1, which costs one extra drafter step.
 Knob β ≥ 0: bigger = further from p (usually *lower* acceptance); β = 0 is strict. Refuses temperature 0.
+Ids outside the drafter's vocabulary (z_q = −inf after padding) are outside G too.
 """
 
 from __future__ import annotations
@@ -31,8 +32,16 @@ class Contrastive(Rule):
         dense = np.count_nonzero(p) == len(p)  # no top-k/top-p: skip the gather, it costs more than the maths
         support = slice(None) if dense else np.flatnonzero(p)
         # float32 logits stay float32 through exp (relative error ~1e-7, twice as fast); normalise in float64
+        z_q = logits_q[support]
         z = (1.0 + self.knob) / self.temperature * logits_p[support]
-        z -= self.knob / self.temperature * logits_q[support]
+        z -= self.knob / self.temperature * z_q
+        # Ids the drafter cannot produce (its vocabulary padded to the verifier's with -inf) stay outside G:
+        # −β·(−inf) = +inf would otherwise give them all the mass, and inf − inf = NaN after the shift.
+        unreachable = np.isneginf(z_q)
+        if unreachable.any():
+            if unreachable.all():
+                return p
+            z[unreachable] = -np.inf
         z -= z.max()
         np.exp(z, out=z)
         z = z.astype(np.float64)

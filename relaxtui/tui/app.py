@@ -2,12 +2,19 @@
 
 Blocking work (loading models, generating) runs in thread workers that never touch widgets: they post
 messages (thread-safe), and small handlers update the UI. A Started/Finished/Failed trio keeps the UI
-consistent whatever happens; stop is immediate because the loop polls it every round.
+consistent whatever happens; stop lands within a round because the loop polls it every round.
+
+Lifecycle rules: every reply has a generation number and its own stop flag; messages of any other
+generation (a reply stopped by ctrl+n) or arriving after quit are dropped. Quit stops the reply, waits for
+its worker, and only then does the caller free the models. Tokens reach the UI in batches — one message per
+round — and append to bounded segments, so rendering never competes with llama.cpp for the cores.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +26,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message as TextualMessage
 from textual.widgets import Footer, Header, Input, LoadingIndicator, Static
 
-from relaxtui.decoding.events import Finished, Metrics, TokenEvent
+from relaxtui.decoding.events import Event, Finished, Metrics, TokenEvent
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.tui.engine import ChatEngine, ChatSettings, CostInfo
@@ -28,6 +35,30 @@ from relaxtui.tui.widgets.inspector import InspectorPanel
 from relaxtui.tui.widgets.settings import SettingsPanel
 from relaxtui.tui.widgets.stats import StatsPanel
 from relaxtui.tui.widgets.transcript import AssistantMessage, Legend, TokenView, Transcript, UserMessage
+
+QUIT_WAIT_S = 5.0  # quit waits this long for a reply to stop; the loop polls its flag every round
+
+
+def token_batches(stream: Iterator[Event]) -> Iterator[tuple[TokenEvent, ...] | Finished]:
+    """Group a token stream by round for the UI: a batch is released as soon as its round is complete (all its
+    n_accepted + 1 tokens seen), so the UI gets at most one message per round and never waits on the next
+    round (which may be held up); Finished flushes whatever a stop or an end-of-generation cut short."""
+    pending: list[TokenEvent] = []
+    for event in stream:
+        if isinstance(event, Finished):
+            if pending:
+                yield tuple(pending)
+            yield event
+            return
+        if pending and event.round.index != pending[-1].round.index:
+            yield tuple(pending)  # a round whose tail was cut (cannot happen mid-stream, but never lose tokens)
+            pending = []
+        pending.append(event)
+        if len(pending) >= event.round.n_accepted + 1:
+            yield tuple(pending)
+            pending = []
+    if pending:
+        yield tuple(pending)
 
 
 class RelaxApp(App[None]):
@@ -58,19 +89,23 @@ class RelaxApp(App[None]):
 
     @dataclass
     class GenerationStarted(TextualMessage):
+        generation: int
         draft_max: int
 
     @dataclass
-    class TokenReceived(TextualMessage):
-        event: TokenEvent
+    class TokensReceived(TextualMessage):
+        generation: int
+        events: tuple[TokenEvent, ...]
 
     @dataclass
     class GenerationFinished(TextualMessage):
+        generation: int
         text: str
         metrics: Metrics
 
     @dataclass
     class GenerationFailed(TextualMessage):
+        generation: int
         reason: str
 
     def __init__(self, engine: ChatEngine, settings: ChatSettings | None = None,
@@ -84,7 +119,10 @@ class RelaxApp(App[None]):
         self.selected: int | None = None
         self.generating = False
         self.ready = False
-        self._stop = threading.Event()
+        self.generation = 0  # the reply whose messages the UI accepts; bumped by send and new chat
+        self._stop = threading.Event()  # the current reply's stop flag (each reply gets its own)
+        self._reply_worker = None  # textual Worker of the current reply
+        self._quitting = False
         self._current: AssistantMessage | None = None
         self.last_metrics: Metrics | None = None
 
@@ -110,7 +148,8 @@ class RelaxApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="models")
     def load_models(self) -> None:
         try:
-            cost = self.engine.load(lambda text: self.post_message(self.Progress(text)))
+            with self.engine.lock:
+                cost = self.engine.load(lambda text: self.post_message(self.Progress(text)))
         except UserError as exc:
             self.post_message(self.LoadFailed(str(exc)))
             return
@@ -121,10 +160,14 @@ class RelaxApp(App[None]):
 
     @on(Progress)
     def show_progress(self, message: Progress) -> None:
+        if self._quitting:
+            return
         self.query_one("#status", Static).update(message.text)
 
     @on(Loaded)
     def models_loaded(self, message: Loaded) -> None:
+        if self._quitting:
+            return
         self.ready = True
         self.query_one("#loading").add_class("-hidden")
         self.query_one(StatsPanel).set_cost(message.cost)
@@ -138,6 +181,8 @@ class RelaxApp(App[None]):
 
     @on(LoadFailed)
     def load_failed(self, message: LoadFailed) -> None:
+        if self._quitting:
+            return
         self.query_one("#loading").add_class("-hidden")
         self.query_one("#status", Static).update(f"not ready: {message.reason}")
         self.notify(message.reason, title="model load failed", severity="error", timeout=10)
@@ -174,41 +219,60 @@ class RelaxApp(App[None]):
         transcript.mount(self._current)
         transcript.scroll_end(animate=False)
         self.generating = True
-        self._stop.clear()
-        self.generate_reply(list(self.conversation), self.settings)
+        self.generation += 1
+        self._stop = threading.Event()
+        self._reply_worker = self.generate_reply(list(self.conversation), self.settings, self.generation,
+                                                 self._stop)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="generate")
-    def generate_reply(self, conversation: list[Message], settings: ChatSettings) -> None:
+    @work(thread=True, exit_on_error=False, group="generate")
+    def generate_reply(self, conversation: list[Message], settings: ChatSettings, generation: int,
+                       stop: threading.Event) -> None:
+        """One reply. The engine's lock makes a reply started right after ctrl+n wait for the stopped one to
+        leave the models (within a round)."""
         try:
-            self.post_message(self.GenerationStarted(settings.draft_max if self.engine.drafter else 0))
-            for event in self.engine.stream(conversation, settings, self._stop.is_set):
-                if isinstance(event, Finished):
-                    self.post_message(self.GenerationFinished(event.text, event.metrics))
-                else:
-                    self.post_message(self.TokenReceived(event))
+            with self.engine.lock:
+                if stop.is_set():
+                    return
+                self.post_message(self.GenerationStarted(generation, settings.draft_max if self.engine.drafter
+                                                         else 0))
+                for item in token_batches(self.engine.stream(conversation, settings, stop.is_set)):
+                    if isinstance(item, Finished):
+                        self.post_message(self.GenerationFinished(generation, item.text, item.metrics))
+                    else:
+                        self.post_message(self.TokensReceived(generation, item))
         except UserError as exc:
-            self.post_message(self.GenerationFailed(str(exc)))
+            self.post_message(self.GenerationFailed(generation, str(exc)))
         except Exception as exc:
-            self.post_message(self.GenerationFailed(f"generation failed: {exc}"))
+            self.post_message(self.GenerationFailed(generation, f"generation failed: {exc}"))
+
+    def _live(self, message: GenerationStarted | TokensReceived | GenerationFinished | GenerationFailed) -> bool:
+        """Accept messages of the current reply only, and nothing once the app is closing."""
+        return not self._quitting and message.generation == self.generation
 
     @on(GenerationStarted)
     def generation_started(self, message: GenerationStarted) -> None:
+        if not self._live(message):
+            return
         self.query_one(StatsPanel).reset(message.draft_max)
         self.query_one("#status", Static).update("generating… (escape stops)")
 
-    @on(TokenReceived)
-    def token_received(self, message: TokenReceived) -> None:
-        index = len(self.events)
-        self.events.append(message.event)
+    @on(TokensReceived)
+    def tokens_received(self, message: TokensReceived) -> None:
+        if not self._live(message):
+            return
+        start = len(self.events)
+        self.events.extend(message.events)
         if self._current is not None:
-            self._current.add(index, message.event)
-        self.query_one(StatsPanel).observe(message.event)
+            self._current.add_many(start, message.events)
+        self.query_one(StatsPanel).observe_many(message.events)
         transcript = self.query_one(Transcript)
         if transcript.max_scroll_y - transcript.scroll_y < 3:
             transcript.scroll_end(animate=False)
 
     @on(GenerationFinished)
     def generation_finished(self, message: GenerationFinished) -> None:
+        if not self._live(message):
+            return
         self.generating = False
         self.last_metrics = message.metrics
         self.query_one(StatsPanel).finish(message.metrics)
@@ -223,6 +287,8 @@ class RelaxApp(App[None]):
 
     @on(GenerationFailed)
     def generation_failed(self, message: GenerationFailed) -> None:
+        if not self._live(message):
+            return
         self.generating = False
         if self._current is not None and not (self._current.answer_view.tokens or
                                                self._current.thinking_view.tokens):
@@ -280,7 +346,8 @@ class RelaxApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="models")
     def switch_drafter(self, name: str) -> None:
         try:
-            cost = self.engine.set_drafter(name, lambda text: self.post_message(self.Progress(text)))
+            with self.engine.lock:
+                cost = self.engine.set_drafter(name, lambda text: self.post_message(self.Progress(text)))
         except Exception as exc:
             self.post_message(self.LoadFailed(str(exc)))
             return
@@ -288,8 +355,11 @@ class RelaxApp(App[None]):
 
     # -- chat actions --------------------------------------------------------------------------------------------
     def action_new_chat(self) -> None:
-        if self.generating:
-            self._stop.set()
+        """Nothing of the old chat survives: its reply is stopped and its late messages are dropped."""
+        self._stop.set()
+        self.generation += 1
+        self.generating = False
+        self.last_metrics = None
         self.conversation.clear()
         self.events.clear()
         self.selected = None
@@ -310,6 +380,18 @@ class RelaxApp(App[None]):
             self.notify(f"could not save: {exc.strerror}", severity="error")
             return
         self.notify(f"saved {markdown} and {events}", title="transcript saved")
+
+    async def action_quit(self) -> None:
+        """Stop the reply, wait for its worker to leave the models, then exit (the caller frees them)."""
+        self._quitting = True
+        self._stop.set()
+        worker = self._reply_worker
+        if worker is not None and not worker.is_finished:
+            try:
+                await asyncio.wait_for(worker.wait(), QUIT_WAIT_S)
+            except Exception:  # noqa: BLE001 - a failed or slow reply must not keep the app open
+                pass
+        self.exit()
 
     def action_toggle(self, selector: str) -> None:
         self.query_one(selector).toggle_class("-hidden")

@@ -8,6 +8,7 @@ FakeBackend models with a deterministic clock, so Pilot and snapshot tests exerc
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -49,8 +50,9 @@ class ChatSettings:
         rule = make(self.rule, self.knob, temperature=self.temperature or 1.0)
         if sampling.greedy and not rule.greedy_ok:
             raise UserError(f"rule {self.rule!r} cannot run greedy (temperature 0)")
+        # a chat turn extends the conversation: keep the cached prefix in both models (reuse="longest")
         config = GenerationConfig(draft_max=self.draft_max, max_tokens=self.max_tokens, sampling=sampling,
-                                  seed=self.seed, top_alternatives=5)
+                                  seed=self.seed, top_alternatives=5, reuse="longest")
         return rule, config
 
 
@@ -72,12 +74,16 @@ class CostInfo:
 
 
 class ChatEngine:
-    """Interface (and shared streaming logic); subclasses own the models."""
+    """Interface (and shared streaming logic); subclasses own the models.
+
+    ``lock`` is held by whoever uses the models (load, a reply, a drafter switch, close): two replies never
+    share a KV cache, and models are never freed under a running decode."""
 
     verifier: object
     drafter: Drafter | None
     drafter_name: str = NO_DRAFTER
     supports_thinking: bool = False
+    lock: threading.Lock
 
     def load(self, progress: Callable[[str], None]) -> CostInfo:
         raise NotImplementedError
@@ -116,6 +122,7 @@ class LlamaChatEngine(ChatEngine):
 
     def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
         self.options = options  # relaxtui.session.ModelOptions
+        self.lock = threading.Lock()
         self.pair = None
         self.drafter = None
         self.drafter_name = options.drafter or NO_DRAFTER
@@ -182,11 +189,14 @@ class LlamaChatEngine(ChatEngine):
         return self.verifier.token_piece(token).decode("utf-8", errors="replace")
 
     def close(self) -> None:
-        if self.pair is not None:
-            self.pair.close()
-            model = getattr(self.drafter, "model", None)
-            if model is not None and model is not getattr(self.pair.drafter, "model", None):
-                model.close()
+        """Free the models once nothing uses them (a reply still stopping holds the lock for one round)."""
+        with self.lock:
+            if self.pair is not None:
+                self.pair.close()
+                model = getattr(self.drafter, "model", None)
+                if model is not None and model is not getattr(self.pair.drafter, "model", None):
+                    model.close()
+                self.pair = None
 
 
 FAKE_WORDS = (" the", " cat", " sat", " on", " a", " warm", " mat", ".", " It", " purred", " softly", ",",
@@ -196,16 +206,22 @@ FAKE_WORDS = (" the", " cat", " sat", " on", " a", " warm", " mat", ".", " It", 
 class FakeChatEngine(ChatEngine):
     """Deterministic demo engine: a 16-word Markov 'verifier' and a noisier 'drafter' through the real loop."""
 
-    def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096) -> None:
+    def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096,
+                 gate: threading.Event | None = None, gate_after: int = 0) -> None:
+        """``delay_s`` slows every verifier step; ``gate`` holds the verifier's ``gate_after``-th step until it is
+        set, so a test can act "during a reply" without racing the machine's speed."""
         vocab = len(FAKE_WORDS)
         rng = np.random.default_rng(seed)
         target = rng.normal(scale=2.5, size=(vocab, vocab))
         draft = target + rng.normal(scale=1.2, size=(vocab, vocab))
         pieces = [w.encode() for w in FAKE_WORDS]
+        calls = itertools.count(1)
 
         def verifier_logits(context: tuple[int, ...]) -> np.ndarray:
             if delay_s:
-                time.sleep(delay_s)  # a slow 'model', so tests can stop a generation mid-stream
+                time.sleep(delay_s)
+            if gate is not None and next(calls) == gate_after:
+                gate.wait(timeout=120)  # never hang a test run forever
             return target[context[-1]]
 
         self.verifier = FakeBackend(verifier_logits, vocab, pieces=pieces, n_ctx=n_ctx)
@@ -213,6 +229,7 @@ class FakeChatEngine(ChatEngine):
         self.drafter = ModelDrafter(self._draft_model, vocab)
         self.drafter_name = "fake-drafter"
         self.step_s = step_s
+        self.lock = threading.Lock()
 
     def load(self, progress: Callable[[str], None]) -> CostInfo:
         progress("loading fake models…")

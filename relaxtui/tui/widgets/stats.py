@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, Static
@@ -51,11 +53,13 @@ class StatsPanel(Vertical):
         self.final_tokens_per_s: float | None = None
         self.show()
 
-    def observe(self, event: TokenEvent) -> None:
-        self.tokens += 1
-        if event.round.index != self._last_round:
-            self._last_round = event.round.index
-            self.counters.observe_round(event.round)
+    def observe_many(self, events: Sequence[TokenEvent]) -> None:
+        """Count a batch of tokens, then redraw once."""
+        for event in events:
+            self.tokens += 1
+            if event.round.index != self._last_round:
+                self._last_round = event.round.index
+                self.counters.observe_round(event.round)
         self.show()
 
     def finish(self, metrics: Metrics) -> None:

@@ -1,17 +1,19 @@
 """The conversation: user messages, and assistant messages whose every token is styled by its verdict.
 
 Verdict colours live in the .tcss (component classes ``token--accepted`` …), not here. Each token carries an
-``@click`` action, so a mouse click selects it for the inspector like the cursor keys do.
+``@click`` action, so a mouse click selects it for the inspector like the cursor keys do. Replies stream
+into bounded segments, so a long reply costs no more per token than a short one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -22,8 +24,14 @@ from relaxtui.decoding.events import TokenEvent
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
+SEGMENT_TOKENS = 96  # a segment is sealed at the first line break after this many tokens
+
+
 class TokenView(Widget):
-    """A run of tokens rendered as one wrapped text; the selected one is highlighted."""
+    """A run of tokens rendered as one wrapped text; the selected one is highlighted.
+
+    Streams are split into such runs (segments) at line breaks, so appending a token re-renders and re-wraps
+    only the last, bounded segment: the cost per token stays O(1) however long the reply grows."""
 
     COMPONENT_CLASSES = {"token--accepted", "token--resampled", "token--bonus", "token--verifier",
                          "token--selected"}
@@ -40,9 +48,17 @@ class TokenView(Widget):
         self.tokens: list[tuple[int, TokenEvent]] = []  # (index in the conversation, event)
         self.auto_links = False  # tokens carry @click meta; without this Textual repaints them in link colours
 
-    def add(self, index: int, event: TokenEvent) -> None:
-        self.tokens.append((index, event))
+    def extend(self, tokens: Sequence[tuple[int, TokenEvent]]) -> None:
+        self.tokens.extend(tokens)
         self.refresh(layout=True)
+
+    def holds(self, index: int | None) -> bool:
+        return index is not None and bool(self.tokens) and self.tokens[0][0] <= index <= self.tokens[-1][0]
+
+    @property
+    def sealed(self) -> bool:
+        """Long enough and ending a line: later tokens go to a new segment."""
+        return len(self.tokens) >= SEGMENT_TOKENS and self.tokens[-1][1].text.endswith("\n")
 
     def render(self) -> Text:
         text = Text()
@@ -52,10 +68,52 @@ class TokenView(Widget):
                 style += self.get_component_rich_style("token--selected", partial=True)
             shown = event.text if event.text else ("·" if index == self.selected else "")
             text.append(shown, style + Style.from_meta({"@click": f"click_token({index})"}))
+        if self.sealed:
+            text.right_crop(1)  # the line break that sealed it: the next segment starts on its own row anyway
         return text
 
     def action_click_token(self, index: int) -> None:
         self.post_message(self.Clicked(index))
+
+
+class TokenStream(Vertical):
+    """One part of a reply (thinking or answer) as a column of TokenView segments."""
+
+    DEFAULT_CSS = "TokenStream { height: auto; }"
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.segments: list[TokenView] = []
+
+    @property
+    def tokens(self) -> list[tuple[int, TokenEvent]]:
+        return [token for segment in self.segments for token in segment.tokens]
+
+    def plain(self) -> str:
+        return "".join(event.text for _, event in self.tokens)
+
+    def extend(self, tokens: Sequence[tuple[int, TokenEvent]]) -> None:
+        """Append tokens: sealed segments are never touched again, so cost is bounded per token."""
+        pending = list(tokens)
+        while pending:
+            if not self.segments or self.segments[-1].sealed:
+                segment = TokenView()
+                self.segments.append(segment)
+                self.mount(segment)
+            segment = self.segments[-1]
+            taken = 0
+            while taken < len(pending):  # fill up to the first line break past the segment's size
+                taken += 1
+                if len(segment.tokens) + taken >= SEGMENT_TOKENS and pending[taken - 1][1].text.endswith("\n"):
+                    break
+            segment.extend(pending[:taken])
+            del pending[:taken]
+
+    def select(self, index: int | None, previous: int | None) -> None:
+        """Only the segments holding the old or the new selection re-render."""
+        for segment in self.segments:
+            if segment.holds(index) or segment.holds(previous):
+                segment.selected = index if segment.holds(index) else None
 
 
 class UserMessage(Static):
@@ -69,28 +127,43 @@ class AssistantMessage(Widget):
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
-        self.thinking_view = TokenView(classes="thinking")
-        self.answer_view = TokenView(classes="answer")
+        self.thinking_view = TokenStream(classes="thinking")
+        self.answer_view = TokenStream(classes="answer")
         self.thinking = Collapsible(self.thinking_view, title="thinking", collapsed=True, classes="-empty")
         self._in_think = False
+        self._selected: int | None = None
 
     def compose(self):  # type: ignore[no-untyped-def]
         yield self.thinking
         yield self.answer_view
 
+    def add_many(self, start: int, events: Sequence[TokenEvent]) -> None:
+        """Route tokens (conversation indices start, start+1, …): everything from <think> to </think> goes to
+        the collapsible block; consecutive tokens bound for the same part are appended in one call."""
+        run: list[tuple[int, TokenEvent]] = []
+        run_target: TokenStream | None = None
+        for offset, event in enumerate(events):
+            if THINK_OPEN in event.text:
+                self._in_think = True
+                self.thinking.remove_class("-empty")
+            target = self.thinking_view if self._in_think else self.answer_view
+            if THINK_CLOSE in event.text:
+                self._in_think = False
+            if target is not run_target and run:
+                run_target.extend(run)  # type: ignore[union-attr]
+                run = []
+            run_target = target
+            run.append((start + offset, event))
+        if run and run_target is not None:
+            run_target.extend(run)
+
     def add(self, index: int, event: TokenEvent) -> None:
-        """Route the token: everything from <think> to </think> goes to the collapsible block."""
-        if THINK_OPEN in event.text:
-            self._in_think = True
-            self.thinking.remove_class("-empty")
-        target = self.thinking_view if self._in_think else self.answer_view
-        if THINK_CLOSE in event.text:
-            self._in_think = False
-        target.add(index, event)
+        self.add_many(index, [event])
 
     def select(self, index: int | None) -> None:
-        self.thinking_view.selected = index
-        self.answer_view.selected = index
+        previous, self._selected = self._selected, index
+        self.thinking_view.select(index, previous)
+        self.answer_view.select(index, previous)
 
 
 class Transcript(VerticalScroll, can_focus=True):

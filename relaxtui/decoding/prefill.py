@@ -1,0 +1,55 @@
+"""Prefill with KV reuse: decode only the part of a prompt that the model's cache does not already hold.
+
+Two policies. ``reuse="exact"`` keeps the cache only when it already holds the whole prefix (a repeat of
+the same prompt: the cached KV is bit-identical to a fresh prefill, so results do not depend on what ran
+before). ``reuse="longest"`` keeps the longest common prefix (a chat turn extends the conversation: only
+the new messages are decoded; their neighbours' KV came from other batches, which shifts logits in the last
+bits — fine for a chat, not for a reproducible eval). The prefill runs in chunks and polls ``should_stop``
+between them, so a stop request during a long prompt is honoured within one chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from relaxtui.decoding.backend import Backend
+
+PREFILL_CHUNK = 128  # tokens per decode call: near full batch efficiency on a CPU, yet a stop lands in < 1 s
+ReusePolicy = Literal["exact", "longest"]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def reusable(cached: Sequence[int], prefix: Sequence[int], policy: ReusePolicy) -> int:
+    """How many leading tokens of ``prefix`` can stay in a cache that holds ``cached``."""
+    shared = common_prefix(cached, prefix)
+    if policy == "longest" or shared == len(prefix):
+        return shared
+    return 0
+
+
+def prefill(model: Backend, prefix: Sequence[int], *, reuse: ReusePolicy = "exact",
+            should_stop: Callable[[], bool] = lambda: False, chunk: int = PREFILL_CHUNK) -> tuple[int, bool]:
+    """Make ``model``'s cache hold exactly ``prefix``. Returns (tokens decoded, completed); a stop request
+    leaves the cache holding a prefix of ``prefix`` and returns completed = False."""
+    keep = reusable(model.cached_tokens, prefix, reuse)
+    if keep == 0:
+        model.reset()
+    else:
+        model.rollback(keep)
+    decoded = 0
+    for start in range(keep, len(prefix), chunk):
+        if should_stop():
+            return decoded, False
+        part = list(prefix[start:start + chunk])
+        model.decode(part)
+        decoded += len(part)
+    return decoded, True
