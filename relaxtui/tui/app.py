@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -78,6 +79,7 @@ class RelaxApp(App[None]):
     @dataclass
     class Loaded(TextualMessage):
         cost: CostInfo
+        drafters: list[str]  # found in the worker: listing reads every GGUF header, too slow for the UI thread
 
     @dataclass
     class LoadFailed(TextualMessage):
@@ -109,9 +111,10 @@ class RelaxApp(App[None]):
         reason: str
 
     def __init__(self, engine: ChatEngine, settings: ChatSettings | None = None,
-                 save_dir: Path | None = None) -> None:
+                 save_dir: Path | None = None, model_thread: ThreadPoolExecutor | None = None) -> None:
         super().__init__()
         self.engine = engine
+        self.model_thread = model_thread
         self.settings = settings or ChatSettings(drafter=engine.drafter_name)
         self.save_dir = save_dir or Path("transcripts")
         self.conversation: list[Message] = []
@@ -142,6 +145,11 @@ class RelaxApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Every thread worker (load, reply, drafter switch) runs on one OS thread. llama.cpp's OpenMP keeps a
+        # team of compute threads per calling thread; a second team on 2 cores makes libgomp throttle its
+        # spin-waits (more threads than CPUs), which cost a quarter of the decoding speed (measured).
+        executor = self.model_thread or ThreadPoolExecutor(max_workers=1, thread_name_prefix="relaxtui-models")
+        asyncio.get_running_loop().set_default_executor(executor)
         self.load_models()
 
     # -- loading -------------------------------------------------------------------------------------------------
@@ -150,13 +158,14 @@ class RelaxApp(App[None]):
         try:
             with self.engine.lock:
                 cost = self.engine.load(lambda text: self.post_message(self.Progress(text)))
+                drafters = self.engine.drafter_choices()
         except UserError as exc:
             self.post_message(self.LoadFailed(str(exc)))
             return
         except Exception as exc:  # a model that llama.cpp rejects must not kill the app
             self.post_message(self.LoadFailed(f"model load failed: {exc}"))
             return
-        self.post_message(self.Loaded(cost))
+        self.post_message(self.Loaded(cost, drafters))
 
     @on(Progress)
     def show_progress(self, message: Progress) -> None:
@@ -169,31 +178,38 @@ class RelaxApp(App[None]):
         if self._quitting:
             return
         self.ready = True
-        self.query_one("#loading").add_class("-hidden")
+        self._show_loading(False)
         self.query_one(StatsPanel).set_cost(message.cost)
         prompt = self.query_one("#prompt", Input)
         prompt.disabled = False
         prompt.placeholder = "message the verifier (enter to send)"
         prompt.focus()
         self.settings = replace(self.settings, drafter=self.engine.drafter_name)
-        self._rebuild_settings()
+        self._rebuild_settings(message.drafters)
         self._status_idle()
 
     @on(LoadFailed)
     def load_failed(self, message: LoadFailed) -> None:
         if self._quitting:
             return
-        self.query_one("#loading").add_class("-hidden")
+        self._show_loading(False)
         self.query_one("#status", Static).update(f"not ready: {message.reason}")
         self.notify(message.reason, title="model load failed", severity="error", timeout=10)
         # a failed drafter switch leaves the loaded verifier usable; a failed first load leaves nothing
         self.ready = hasattr(self.engine, "verifier")
         self.query_one("#prompt", Input).disabled = not self.ready
 
-    def _rebuild_settings(self) -> None:
+    def _show_loading(self, shown: bool) -> None:
+        """A hidden LoadingIndicator still repaints 16 times a second; stop it, or it steals the cores llama.cpp
+        decodes on (and the GIL from the reply's worker)."""
+        indicator = self.query_one("#loading", LoadingIndicator)
+        indicator.set_class(not shown, "-hidden")
+        indicator.auto_refresh = 1 / 16 if shown else None
+
+    def _rebuild_settings(self, drafters: list[str]) -> None:
         holder = self.query_one("#settings", Vertical)
         holder.remove_children()
-        holder.mount(SettingsPanel(self.settings, self.engine.drafter_choices()))
+        holder.mount(SettingsPanel(self.settings, drafters))
 
     def _status_idle(self) -> None:
         s = self.settings
@@ -337,7 +353,7 @@ class RelaxApp(App[None]):
         if drafter_changed:
             self.ready = False
             self.query_one("#prompt", Input).disabled = True
-            self.query_one("#loading").remove_class("-hidden")
+            self._show_loading(True)
             self.switch_drafter(message.settings.drafter)
         else:
             self._status_idle()
@@ -348,10 +364,11 @@ class RelaxApp(App[None]):
         try:
             with self.engine.lock:
                 cost = self.engine.set_drafter(name, lambda text: self.post_message(self.Progress(text)))
+                drafters = self.engine.drafter_choices()
         except Exception as exc:
             self.post_message(self.LoadFailed(str(exc)))
             return
-        self.post_message(self.Loaded(cost))
+        self.post_message(self.Loaded(cost, drafters))
 
     # -- chat actions --------------------------------------------------------------------------------------------
     def action_new_chat(self) -> None:

@@ -128,10 +128,12 @@ class LlamaChatEngine(ChatEngine):
         self.drafter_name = options.drafter or NO_DRAFTER
 
     def load(self, progress: Callable[[str], None]) -> CostInfo:
+        """Load the pair (once: an app started on an engine that is already loaded reuses its models)."""
         from relaxtui.session import chat_template, load_pair
 
-        progress(f"loading {self.options.verifier} and {self.options.drafter or 'no drafter'}…")
-        self.pair = load_pair(self.options)
+        if self.pair is None:
+            progress(f"loading {self.options.verifier} and {self.options.drafter or 'no drafter'}…")
+            self.pair = load_pair(self.options)
         self.verifier = self.pair.verifier
         self.drafter = self.pair.drafter
         self.template = chat_template(self.pair.verifier)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Label, Static
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Label
 
 from relaxtui.costmodel.model import predicted_speedup
 from relaxtui.decoding.counters import RoundCounters
@@ -25,6 +28,16 @@ def position_bars(acceptance: list[float]) -> str:
     return f"pos {blocks} {values}"
 
 
+class FixedLines(Widget):
+    """Text of a fixed height (set in the .tcss): a new value repaints the widget without a layout pass, which
+    Static.update would trigger every round."""
+
+    text: reactive[str] = reactive("", layout=False)
+
+    def render(self) -> Text:
+        return Text(self.text)
+
+
 class StatsPanel(Vertical):
     """Fed token events; derives every number from the round timings they carry."""
 
@@ -39,8 +52,8 @@ class StatsPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label("statistics", classes="panel-title")
-        yield Static(id="stats-numbers")
-        yield Static(id="stats-positions")
+        yield FixedLines(id="stats-numbers")
+        yield FixedLines(id="stats-positions")
 
     def on_mount(self) -> None:
         self.show()
@@ -90,5 +103,5 @@ class StatsPanel(Vertical):
     def show(self) -> None:
         if not self.is_mounted:
             return
-        self.query_one("#stats-numbers", Static).update("\n".join(self.lines()))
-        self.query_one("#stats-positions", Static).update(position_bars(self.counters.per_position_acceptance))
+        self.query_one("#stats-numbers", FixedLines).text = "\n".join(self.lines())
+        self.query_one("#stats-positions", FixedLines).text = position_bars(self.counters.per_position_acceptance)

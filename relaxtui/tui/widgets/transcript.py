@@ -47,10 +47,19 @@ class TokenView(Widget):
         super().__init__(**kwargs)
         self.tokens: list[tuple[int, TokenEvent]] = []  # (index in the conversation, event)
         self.auto_links = False  # tokens carry @click meta; without this Textual repaints them in link colours
+        self._text: Text | None = None  # the styled text so far; appended to, rebuilt on selection or theme
 
     def extend(self, tokens: Sequence[tuple[int, TokenEvent]]) -> None:
+        """Append tokens; ask for a layout pass (which re-arranges the whole screen) only when the wrapped text
+        needs another line, else a repaint of this segment is enough."""
+        text = self._text
+        if text is not None:
+            for index, event in tokens:
+                self._append(text, index, event)
         self.tokens.extend(tokens)
-        self.refresh(layout=True)
+        width = self.content_region.width
+        grows = width <= 0 or len(self.render().wrap(self.app.console, width)) != self.content_region.height
+        self.refresh(layout=grows)
 
     def holds(self, index: int | None) -> bool:
         return index is not None and bool(self.tokens) and self.tokens[0][0] <= index <= self.tokens[-1][0]
@@ -60,17 +69,31 @@ class TokenView(Widget):
         """Long enough and ending a line: later tokens go to a new segment."""
         return len(self.tokens) >= SEGMENT_TOKENS and self.tokens[-1][1].text.endswith("\n")
 
+    def _append(self, text: Text, index: int, event: TokenEvent) -> None:
+        style = self.get_component_rich_style(f"token--{event.verdict.value}", partial=True)
+        if index == self.selected:
+            style += self.get_component_rich_style("token--selected", partial=True)
+        shown = event.text if event.text else ("·" if index == self.selected else "")
+        text.append(shown, style + Style.from_meta({"@click": f"click_token({index})"}))
+
     def render(self) -> Text:
-        text = Text()
-        for index, event in self.tokens:
-            style = self.get_component_rich_style(f"token--{event.verdict.value}", partial=True)
-            if index == self.selected:
-                style += self.get_component_rich_style("token--selected", partial=True)
-            shown = event.text if event.text else ("·" if index == self.selected else "")
-            text.append(shown, style + Style.from_meta({"@click": f"click_token({index})"}))
+        text = self._text
+        if text is None:
+            text = Text()
+            for index, event in self.tokens:
+                self._append(text, index, event)
+            self._text = text  # after the styles were read: reading them may reset the cache
         if self.sealed:
+            text = text.copy()
             text.right_crop(1)  # the line break that sealed it: the next segment starts on its own row anyway
         return text
+
+    def watch_selected(self) -> None:
+        self._text = None
+
+    def notify_style_update(self) -> None:
+        self._text = None  # a theme change restyles every token
+        super().notify_style_update()
 
     def action_click_token(self, index: int) -> None:
         self.post_message(self.Clicked(index))
