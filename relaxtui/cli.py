@@ -51,15 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure c_rel, v(k) and speed-up per draft length on this machine")
     add_model_options(bench)
     add_sampling_options(bench, temperature=0.0)
-    bench.add_argument("--draft-max", "--n-max", type=int, default=5, dest="n_max",
-                       help="largest draft length N to run (N = 1..this)")
-    bench.add_argument("--max-tokens", "-n", type=int, default=96, help="tokens generated per prompt and config")
-    bench.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to run")
-    bench.add_argument("--prompt", action="append", default=[], help="your own prompt (repeatable)")
-    bench.add_argument("--repeats", type=int, default=8, help="repeats of each step timing")
-    bench.add_argument("--passes", type=int, default=2, help="interleaved passes over all configs")
-    bench.add_argument("--json", action="store_true", help="print one JSON object")
-    bench.set_defaults(draft_p_min=0.0)
+    from relaxtui.commands import bench as bench_command
+
+    bench_command.add_arguments(bench)
 
     from relaxtui.commands import chat as chat_command
     from relaxtui.commands import eval as eval_command
@@ -80,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune_command.add_arguments(tune)
     add_model_options(tune)
     add_sampling_options(tune)
+
+    profiles = sub.add_parser("profiles", help="cost profiles that price speed-ups (shipped, or measured by bench)")
+    from relaxtui.commands import profiles as profiles_command
+
+    profiles_command.add_arguments(profiles)
 
     rules = sub.add_parser("rules", help="list the acceptance rules or time them")
     rsub = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)

@@ -31,7 +31,7 @@ def fails_with(capsys, argv, message):
         (["generate", "hi", "--max-tokens", "0"], "--max-tokens must be >= 1"),
         (["generate", "hi", "--ctx-size", "8"], "--ctx-size must be at least 16"),
         (["generate", "hi", "--rule", "nonsense"], "unknown rule 'nonsense'; known rules: strict"),
-        (["generate", "hi", "--draft-max", "three"], "invalid int value: 'three'"),
+        (["generate", "hi", "--draft-max", "three"], "invalid draft length: 'three' (a whole number or auto)"),
         (["generate", "hi", "--draft-kind", "mtp"], "unknown drafter kind 'mtp'; known: model, ngram"),
         (["generate", "hi", "--draft-min", "5"], "--draft-min must be in 0..--draft-max (3)"),
         (["generate", "hi", "--draft-p-min", "1.5"], "--draft-p-min must be in [0, 1)"),

@@ -1,4 +1,4 @@
-"""Cost model against hand-computed values; bench and quantise on a real small model."""
+"""Cost profiles, proxy speed-up, auto N and calibration against hand-computed values; bench on a real model."""
 
 from __future__ import annotations
 
@@ -7,57 +7,153 @@ import json
 import pytest
 
 from relaxtui.cli import main
-from relaxtui.costmodel.model import (
-    best_draft_length,
+from relaxtui.costmodel.auto import (
+    break_even_length,
+    choose_draft_length,
     expected_accepted,
-    length_adjusted,
+    position_acceptance,
     predicted_speedup,
-    verify_cost,
 )
+from relaxtui.costmodel.calibrate import LoopCosts, calibrate
+from relaxtui.costmodel.profiles import SHIPPED, CostProfile, load_profile, priced_ms, proxy_speedup
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.llama import LlamaModel
+from relaxtui.errors import UserError
+from tests.conftest import fake, random_table
+
+# -- cost profiles and the proxy speed-up (SPEC §3) ---------------------------------------------------------------
+UNIT = CostProfile("unit", "test", "v", "d", verifier_ar_ms=10.0, drafter_ms=2.0, verify_ms={1: 10.0, 2: 14.0, 4: 20.0})
 
 
-def test_expected_accepted_by_hand():
-    assert expected_accepted(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
-    assert expected_accepted(1.0, 4) == 4
-    assert expected_accepted(0.0, 4) == 0
+def test_proxy_speedup_by_hand_with_a_varying_draft_length():
+    # rounds of 3, 1, 0 and 3 drafts: verify blocks k = 4, 2, 1, 4 (t_V(1) = t_AR); 9 output tokens
+    lengths = [3, 1, 0, 3]
+    cost = (20 + 3 * 2) + (14 + 1 * 2) + 10 + (20 + 3 * 2)
+    assert priced_ms(UNIT, lengths) == pytest.approx(cost)
+    assert proxy_speedup(UNIT, 9, lengths) == pytest.approx(9 * 10 / cost)
 
 
-def test_predicted_speedup_by_hand():
-    v = [1.0, 1.5, 2.0, 2.4]
-    # l_accept 2, N 3: (2 + 1) / (v(4) + 3 * 0.2) = 3 / 3.0
-    assert predicted_speedup(2.0, 3, 0.2, v) == pytest.approx(1.0)
-    # GPU-like flat curve: (1.5 + 1) / (1 + 2 * 0.1)
-    assert predicted_speedup(1.5, 2, 0.1, [1, 1, 1]) == pytest.approx(2.5 / 1.2)
-    assert predicted_speedup(0.0, 0, 0.5, v) == 1.0
+def test_verify_cost_between_measured_points_is_interpolated_and_past_them_refused():
+    assert UNIT.verify_cost_ms(3) == pytest.approx(17.0)  # halfway between k=2 (14) and k=4 (20)
+    gb200 = SHIPPED["paper-gb200"]
+    assert gb200.verify_cost_ms(2) == gb200.verify_cost_ms(4) == 30.503  # below the first point: its value
+    assert gb200.verify_cost_ms(8) == pytest.approx(30.448 + (30.905 - 30.448) * 2 / 5)
+    with pytest.raises(UserError, match="no verify cost for a block of k=22 tokens \\(21 drafts\\)"):
+        gb200.round_cost_ms(21)
 
 
-def test_verify_cost_extrapolates_linearly():
-    assert verify_cost([1.0, 1.5, 2.0], 2) == 1.5
-    assert verify_cost([1.0, 1.5, 2.0], 5) == pytest.approx(3.0)
-    assert verify_cost([1.0], 3) == 3.0
+def test_optimistic_pricing_on_a_constructed_record():
+    """The paper's optimistic mode: a round costs one AR token plus d drafter tokens, whatever k is."""
+    optimistic = SHIPPED["paper-gb200-optimistic"]
+    record = {"output_tokens": 40, "draft_lengths": [5, 5, 5, 5, 5, 5, 5, 5, 3, 0]}
+    cost = 8 * (12.448 + 5 * 3.929) + (12.448 + 3 * 3.929) + 12.448
+    assert proxy_speedup(optimistic, record["output_tokens"], record["draft_lengths"]) == \
+        pytest.approx(40 * 12.448 / cost)
+    # the measured-pricing twin charges the verify block instead (30.448 ms at k=6)
+    assert SHIPPED["paper-gb200"].round_cost_ms(5) == pytest.approx(30.448 + 5 * 3.929)
 
 
-def test_length_adjusted_speedup():
-    assert length_adjusted(1.5, length_ar=100, length_relaxed=150) == pytest.approx(1.0)
-    assert length_adjusted(1.5, 100, 0) == 0.0
+def test_extra_costs_of_a_measured_profile_are_priced():
+    profile = CostProfile("m", "", "", "", 10.0, 2.0, {1: 10.0, 2: 14.0}, draft_round_ms=1.0, resync_ms=3.0,
+                          emit_ms=0.5)
+    # two rounds of 1 draft (one fully accepted), 3 tokens, one extra drafter step
+    cost = 2 * (14 + 2 + 1) + 3.0 + 3 * 0.5 + 2.0
+    assert priced_ms(profile, [1, 1], extra_draft_steps=1, full_rounds=1, output_tokens=3) == pytest.approx(cost)
+    assert proxy_speedup(profile, 3, [1, 1], extra_draft_steps=1, full_rounds=1) == pytest.approx(3 * 10.5 / cost)
+    assert profile.break_even_length(1) == pytest.approx((14 + 2 + 1 + 0.5) / 10.5)
 
 
-def test_best_draft_length():
-    # cheap drafter, flat verify: longer drafts keep paying
-    n, s = best_draft_length(0.9, 0.05, [1.0] * 9, 8)
-    assert n == 8 and s == pytest.approx((expected_accepted(0.9, 8) + 1) / (1 + 8 * 0.05))
-    # CPU-like steep verify curve and an expensive drafter: don't speculate
-    assert best_draft_length(0.5, 0.6, [1, 2, 3, 4, 5], 4) == (0, 1.0)
+def test_memory_bound_profile_and_its_c_rel():
+    assert load_profile("memory-bound").c_rel == pytest.approx(0.1)
+    fast = load_profile("memory-bound:0.05")
+    assert fast.round_cost_ms(4) == pytest.approx(1 + 4 * 0.05)  # v(k) = 1 for every k
+    with pytest.raises(UserError, match="memory-bound:C takes a number"):
+        load_profile("memory-bound:cheap")
+
+
+def test_profile_files_round_trip_and_bad_files_are_one_clear_error(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(UNIT.to_json())
+    assert load_profile(str(path)) == UNIT
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match="not a valid JSON cost profile"):
+        load_profile(str(bad))
+    bad.write_text(json.dumps({"name": "x", "drafter_ms": 1}))
+    with pytest.raises(UserError, match="missing verifier_ar_ms"):
+        load_profile(str(bad))
+    bad.write_text(json.dumps({"name": "x", "verifier_ar_ms": 1, "drafter_ms": 1, "verify_ms": {"2": "fast"}}))
+    with pytest.raises(UserError, match="malformed cost profile"):
+        load_profile(str(bad))
+    with pytest.raises(UserError, match="unknown cost profile 'gb300'"):
+        load_profile("gb300")
+
+
+def test_profiles_command(capsys):
+    assert main(["profiles", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in SHIPPED)
+    assert main(["profiles", "show", "paper-gb200"]) == 0
+    shown = capsys.readouterr().out
+    assert "t_AR 12.448 ms, t_D 3.929 ms" in shown and "k=21: 32.270 ms" in shown
+    assert main(["profiles", "show", "nope"]) == 2
+
+
+# -- auto draft length and break-even ----------------------------------------------------------------------------
+def cpu_like(c_rel: float, verify_slope: float) -> LoopCosts:
+    """Round costs with a verify block growing by ``verify_slope`` steps per token (1 s per AR step)."""
+    return LoopCosts(tuple(1.0 + verify_slope * k for k in range(9)), tuple(c_rel * n for n in range(1, 9)), 0.0,
+                     0.0, 1.0, c_rel)
+
+
+def test_expected_accepted_and_position_rates_by_hand():
+    assert expected_accepted([0.5, 0.5, 0.5], 3) == pytest.approx((0.5 + 0.25 + 0.125, 0.125))
+    assert expected_accepted([0.9], 2) == pytest.approx((0.9 + 0.81, 0.81))  # the last rate repeats
+    # position 3 was reached twice: too few to trust its 2/2, it takes the pooled rate (capped by position 2's)
+    assert position_acceptance([100, 50, 2], [50, 40, 2]) == pytest.approx([0.5, 0.8, 92 / 152])
+    assert position_acceptance([100, 3], [90, 0]) == pytest.approx([0.9, 90 / 103])
+
+
+def test_auto_picks_zero_where_nothing_pays_and_the_best_n_where_one_does():
+    steep = cpu_like(c_rel=0.4, verify_slope=0.8)  # a 2-core CPU: verification compute-bound
+    choice = choose_draft_length(steep, [0.8] * 8, 6)
+    assert choice.draft_max == 0 and all(choice.predicted[n] < 1 for n in range(1, 7))
+    assert "predicted slower" in choice.line() and "break even" in choice.line()
+    flat = cpu_like(c_rel=0.05, verify_slope=0.02)  # a GPU: verify block nearly free
+    choice = choose_draft_length(flat, [0.9] * 8, 6)
+    expected = {n: (1 + expected_accepted([0.9] * 8, n)[0]) / (1 + 0.02 * n + 0.05 * n) for n in range(1, 7)}
+    best = max(expected, key=expected.get)
+    assert choice.draft_max == best > 0
+    assert choice.predicted[best] == pytest.approx(expected[best])
+    assert predicted_speedup(flat, [0.9] * 8, best) == pytest.approx(expected[best])
+    assert break_even_length(flat, 2) == pytest.approx(1 + 0.04 + 0.1)
+
+
+def test_calibration_on_fake_models_fills_every_cost():
+    verifier, draft = fake(random_table(1)), ModelDrafter(fake(random_table(2)), 6)
+    costs = calibrate(verifier, draft, max_block=4, sampling=SamplingParams(1.0, 0, 1.0), repeats=2,
+                      context=[0, 1, 2, 3, 4, 5, 0, 1])
+    assert len(costs.verify_s) == 4 and len(costs.draft_s) == 3
+    assert all(t > 0 for t in (*costs.verify_s, *costs.draft_s, costs.verifier_decode_s, costs.drafter_decode_s))
+    assert costs.round_s(2) == costs.verify_s[2] + costs.draft_s[1]
+    assert costs.round_s(6) > costs.round_s(3)  # past the calibrated sizes: the curves continue
+    assert verifier.n_past == 0 and draft.model.n_past == 0  # caches left empty for the next generation
 
 
 @pytest.mark.model
-def test_short_real_bench_produces_every_field(capsys, test_model_path):
-    code = main(["bench", "--verifier", str(test_model_path), "--drafter", str(test_model_path), "--n-max", "2",
+def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path):
+    saved = tmp_path / "here.json"
+    code = main(["bench", "--verifier", str(test_model_path), "--drafter", str(test_model_path), "--draft-max", "2",
                  "--max-tokens", "12", "--prompts", "1", "--repeats", "2", "--passes", "1", "--ctx-size", "512",
-                 "--json"])
+                 "--profile", "paper-gb200", "--profile", "memory-bound:0.2", "--save-profile", str(saved), "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
+    profile = load_profile(str(saved))  # this machine's profile, loadable as --profile elsewhere
+    assert sorted(profile.verify_ms) == [1, 2, 3] and profile.verifier_ar_ms > 0 and profile.drafter_ms >= 0
+    for run in result["runs"]:
+        assert set(run["proxy_speedup"]) == {"paper-gb200", "memory-bound:0.2"}
+        assert run["predicted_speedup"] > 0 and run["break_even_length"] > 1
     assert result["c_rel"] > 0 and len(result["v"]) == 3 and result["v"][0] == 1.0
     assert result["baseline_tokens_per_s"] > 0 and result["peak_rss_mb"] > 0
     assert [run["n"] for run in result["runs"]] == [1, 2]
@@ -74,6 +170,14 @@ def test_bench_text_marks_the_best_n(capsys, test_model_path):
                  "--max-tokens", "8", "--prompts", "1", "--repeats", "2", "--ctx-size", "512"]) == 0
     out = capsys.readouterr().out
     assert "c_rel" in out and "v(k)" in out and out.count("<- best") == 1
+    assert "predicted" in out and "break-even" in out
+
+
+def test_bench_refuses_a_profile_that_cannot_price_its_draft_lengths(capsys, tmp_path):
+    short = tmp_path / "short.json"
+    short.write_text(CostProfile("short", "", "", "", 10.0, 1.0, {1: 10.0, 2: 12.0, 3: 13.0}).to_json())
+    assert main(["bench", "--draft-max", "5", "--profile", str(short)]) == 2
+    assert "no verify cost for a block of k=6 tokens" in capsys.readouterr().err
 
 
 @pytest.mark.model

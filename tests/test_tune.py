@@ -5,51 +5,85 @@ from __future__ import annotations
 import pytest
 
 from relaxtui.cli import main
+from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.evals.report import ConfigSummary
+from relaxtui.evals.stats import paired_difference
 from relaxtui.evals.tune import recommend
 
-
-def summary(label, rule, speedup, accuracy, ci=0.005, problems=50_000, knob=None, n=3):
-    return ConfigSummary(label, rule, knob, n, problems, problems, accuracy, ci, 300.0, 0.0, 0.0, 0.8, 3.0,
-                         10.0 * speedup, speedup, speedup)
+PROFILE = CostProfile("unit", "", "", "", 10.0, 1.0, {1: 10.0, 4: 12.0})
 
 
-def test_best_strict_first_then_relaxed_within_the_drop():
+def summary(label, rule, speed, accuracy, *, problems=400, losses=0, wins=0, knob=None, n=3):
+    """A config run on ``problems`` problems (one seed each) against its reference: ``wins``/``losses``
+    pairs differ, the rest tie. ``speed`` is its proxy speed-up under PROFILE (and its measured one)."""
+    scores = {(f"p{i}", 0): 0.0 for i in range(problems)}
+    mine = dict(scores)
+    for i in range(wins):
+        mine[(f"p{i}", 0)] = 1.0
+    for i in range(wins, wins + losses):
+        scores[(f"p{i}", 0)] = 1.0
+    delta = None if rule is None else paired_difference(mine, scores)
+    reference = None if rule is None else ("no-spec" if rule == "strict" else f"strict N={n}")
+    return ConfigSummary(label, rule, knob, n, problems, problems, accuracy, 0.05, 300.0, 0.0, 0.0, 0.8, 3.0,
+                         10.0 * speed, proxy={"unit": speed}, reference=reference, delta=delta)
+
+
+def test_best_strict_first_then_relaxed_whose_paired_interval_clears_the_drop():
     summaries = [
         summary("no-spec", None, 1.0, 0.60),
         summary("strict N=2", "strict", 1.10, 0.60, n=2),
-        summary("strict N=3", "strict", 1.20, 0.61),
-        summary("cactus(1) N=3", "cactus", 1.35, 0.595, knob=1.0),  # faster, 1.5 points lower: accepted
-        summary("mentored(0.95) N=3", "mentored", 1.50, 0.50, knob=0.95),  # faster but 11 points lower
-        summary("ensemble(0.9) N=3", "ensemble", 1.15, 0.61, knob=0.9),  # not faster than strict
+        summary("strict N=3", "strict", 1.20, 0.60),
+        summary("cactus(1) N=3", "cactus", 1.35, 0.5975, knob=1.0, losses=1),  # Δ -0.25 [-0.7, +0.2]: resolved
+        summary("mentored(0.95) N=3", "mentored", 1.50, 0.50, knob=0.95, losses=40),  # Δ -10 points
+        summary("ensemble(0.9) N=3", "ensemble", 1.15, 0.61, knob=0.9, wins=4),  # not faster than strict
     ]
-    advice = recommend(summaries, max_drop=2.0)
+    advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
+    assert advice.basis == "proxy speed-up under cost profile 'unit'"
     assert advice.best_strict.label == "strict N=3"
     assert [s.label for s in advice.relaxed_winners] == ["cactus(1) N=3"]
-    assert [s.label for s in advice.front] == ["strict N=3", "cactus(1) N=3", "mentored(0.95) N=3"]
+    assert [(u.summary.label, u.problems_needed) for u in advice.unresolved] == [("mentored(0.95) N=3", None)]
+    assert [s.label for s in advice.front] == ["ensemble(0.9) N=3", "strict N=3", "cactus(1) N=3",
+                                               "mentored(0.95) N=3"]
     text = "\n".join(advice.lines())
-    assert text.startswith("1. use strict speculation: strict N=3") and advice.caveat is None
+    assert "1. use strict speculation: strict N=3" in text and advice.caveat is None
+    assert "mentored(0.95) N=3 is faster" in text and "more data would not help" in text
 
 
-def test_small_k_gets_the_honest_caveat():
-    summaries = [summary("no-spec", None, 1.0, 0.4, ci=0.3, problems=5),
-                 summary("strict N=3", "strict", 1.2, 0.4, ci=0.3, problems=5),
-                 summary("cactus(1) N=3", "cactus", 1.3, 0.4, ci=0.3, problems=5, knob=1.0)]
-    advice = recommend(summaries, max_drop=2.0)
-    assert "with 5 problems the 95% interval is up to ±" in advice.caveat
-    assert float(advice.caveat.split("±")[1].split()[0]) >= 30  # Wilson at 40% of 5 problems: about ±35
+def test_a_close_but_wide_interval_says_how_many_problems_would_resolve_it():
+    summaries = [summary("no-spec", None, 1.0, 0.5, problems=40),
+                 summary("strict N=3", "strict", 1.2, 0.5, problems=40),
+                 summary("cactus(1) N=3", "cactus", 1.4, 0.5, problems=40, knob=1.0, wins=3, losses=3)]
+    advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
+    assert advice.relaxed_winners == []
+    (item,) = advice.unresolved
+    # Δ = 0 with sd sqrt(6/39): the lower bound clears -2 points at n where 1.96·sd/sqrt(n) <= 0.02
+    assert 1400 < item.problems_needed < 1600
+    assert f"about {item.problems_needed - 40} more problems ({item.problems_needed} in all)" in "\n".join(
+        advice.lines())
 
 
-def test_even_all_wrong_answers_do_not_look_certain():
-    advice = recommend([summary("no-spec", None, 1.0, 0.0, ci=0.0, problems=10),
-                        summary("strict N=3", "strict", 1.2, 0.0, ci=0.0, problems=10)], max_drop=5.0)
-    assert advice.caveat is not None and "10 problems" in advice.caveat
+def test_a_few_tied_pairs_are_not_proof():
+    summaries = [summary("no-spec", None, 1.0, 0.0, problems=3),
+                 summary("strict N=3", "strict", 1.2, 0.0, problems=3),
+                 summary("cactus(1) N=3", "cactus", 1.5, 0.0, problems=3, knob=1.0)]
+    advice = recommend(summaries, max_drop=5.0, profile=PROFILE)
+    assert advice.relaxed_winners == [] and advice.unresolved[0].problems_needed > 3
+    assert "only 3 problems" in advice.caveat
 
 
-def test_when_strict_does_not_pay_say_so():
+def test_when_strict_does_not_pay_say_so_with_the_break_even_length():
     advice = recommend([summary("no-spec", None, 1.0, 0.5), summary("strict N=3", "strict", 0.9, 0.5)],
-                       max_drop=1.0)
-    assert "does not pay on this machine" in advice.lines()[0]
+                       max_drop=1.0, profile=PROFILE)
+    line = advice.lines()[1]
+    # break-even under PROFILE at N=3: (t_V(4) + 3 t_D) / t_AR = (12 + 3) / 10
+    assert line.startswith("1. speculation does not pay here") and "mean accepted length of 1.50" in line
+
+
+def test_without_a_profile_speed_is_the_measured_one():
+    plain = [ConfigSummary("no-spec", None, None, 0, 5, 5, 0.5, 0.1, 1, 0, 0, 0, 1, 10.0),
+             ConfigSummary("strict N=3", "strict", None, 3, 5, 5, 0.5, 0.1, 1, 0, 0, 0.8, 3, 12.0)]
+    advice = recommend(plain, max_drop=1.0)
+    assert advice.basis.startswith("measured") and advice.best_strict is None  # no measured speed-up to rank
 
 
 @pytest.mark.model
@@ -60,5 +94,5 @@ def test_tiny_real_tune(capsys, tmp_path, test_model_path):
     assert code == 0
     out = capsys.readouterr().out
     assert "Pareto front:" in out and "strict N=1" in out and "cactus(1) N=" in out
-    assert "caveat: only 2 problem" in out or "caveat: with 2 problems" in out
+    assert "speed-up = proxy speed-up under cost profile 'measured'" in out and "caveat: only 2 problems" in out
     assert (tmp_path / "summary.md").exists()

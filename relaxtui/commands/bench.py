@@ -1,17 +1,37 @@
-"""`relaxtui bench`: c_rel, v(k), and measured vs modelled speed-up for N = 1..N_max, side by side."""
+"""`relaxtui bench`: this machine's costs, and measured against predicted speed-up for N = 1..N_max."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
+from pathlib import Path
 
 from relaxtui.commands.common import model_options, sampling
 from relaxtui.costmodel.bench import BENCH_PROMPTS, BenchResult, run_bench
+from relaxtui.costmodel.calibrate import LoopCosts
+from relaxtui.costmodel.profiles import load_profile
 from relaxtui.errors import UserError
 from relaxtui.session import load_pair, prompt_tokens
 
 MAX_BENCH_DRAFT = 16
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--draft-max", "--n-max", type=int, default=5, dest="n_max",
+                        help="largest draft length N to run (N = 1..this)")
+    parser.add_argument("--max-tokens", "-n", type=int, default=96, help="tokens generated per prompt and config")
+    parser.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to run")
+    parser.add_argument("--prompt", action="append", default=[], help="your own prompt (repeatable)")
+    parser.add_argument("--repeats", type=int, default=8, help="repeats of each step timing")
+    parser.add_argument("--passes", type=int, default=2, help="interleaved passes over all configs")
+    parser.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
+                        help="also price each N with this cost profile (repeatable; `relaxtui profiles list`)")
+    parser.add_argument("--save-profile", type=Path, default=None, metavar="FILE",
+                        help="write this machine's cost profile (JSON) for `--profile` elsewhere")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(draft_p_min=0.0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--max-tokens, --repeats and --passes must be >= 1")
     if str(args.drafter).lower() == "none":
         raise UserError("bench compares drafting against the verifier alone: give a --drafter or --draft-kind ngram")
+    profiles = [load_profile(spec) for spec in args.profile]
+    for profile in profiles:  # a profile that cannot price N_max fails now, not after the runs
+        profile.round_cost_ms(args.n_max)
+    if args.save_profile is not None and not args.save_profile.parent.is_dir():
+        raise UserError(f"--save-profile: folder {args.save_profile.parent} does not exist")
     options = model_options(args)
     params = sampling(args)
     pair = load_pair(options)
@@ -32,31 +57,76 @@ def run(args: argparse.Namespace) -> int:
         progress = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True)) if not args.json else None
         result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.n_max, max_tokens=args.max_tokens,
                            sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
-                           progress=progress or (lambda _: None))
+                           profiles=profiles, progress=progress or (lambda _: None))
     finally:
         pair.close()
-    print(json.dumps(result.as_dict()) if args.json else render(result, pair.verifier_path.name,
-                                                              pair.drafter_path.name if pair.drafter_path else
-                                                              result.drafter_kind))
+    drafter_name = pair.drafter_path.name if pair.drafter_path else result.drafter_kind
+    if args.save_profile is not None:
+        costs = LoopCosts(**result.costs)  # type: ignore[arg-type]
+        profile = costs.profile(f"{platform.node() or 'this-machine'}", verifier=pair.verifier_path.name,
+                                drafter=drafter_name, hardware=hardware_description())
+        args.save_profile.write_text(profile.to_json())
+    print(json.dumps(result.as_dict()) if args.json else render(result, pair.verifier_path.name, drafter_name))
+    if args.save_profile is not None and not args.json:
+        print(f"wrote this machine's cost profile to {args.save_profile}")
     return 0
+
+
+def hardware_description() -> str:
+    """CPU model and core count, for a saved profile's `hardware` field."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return f"{model}, {os.cpu_count()} cores (llama.cpp CPU)"
+
+
+def slower_line(result: BenchResult) -> str | None:
+    """One line when speculation does not beat the verifier alone here, with what it would take."""
+    best = result.best
+    if best.speedup >= 1.0 and best.predicted_speedup >= 1.0:
+        return None
+    return (f"speculation is slower than the verifier alone here: best N={best.n} measured {best.speedup:.2f}x "
+            f"(predicted {best.predicted_speedup:.2f}x); at N={best.n} it would need a mean accepted length of "
+            f"{best.break_even_length:.2f} to break even (it reached {best.mean_accepted_length:.2f})")
 
 
 def render(result: BenchResult, verifier: str, drafter: str) -> str:
     v = " ".join(f"{x:.2f}" for x in result.v)
+    costs = result.costs
+    verify = " ".join(f"{1e3 * x:.1f}" for x in costs["verify_s"])  # type: ignore[union-attr]
+    draft = " ".join(f"{1e3 * x:.1f}" for x in costs["draft_s"])  # type: ignore[union-attr]
+    profile_names = list(result.runs[0].proxy_speedup) if result.runs else []
     lines = [
-        f"verifier  {verifier}: {result.verifier_step_s * 1e3:.1f} ms/token",
-        f"drafter   {drafter}: {result.drafter_step_s * 1e3:.1f} ms/token",
+        f"verifier  {verifier}: {result.verifier_step_s * 1e3:.1f} ms per decoded token",
+        f"drafter   {drafter}: {result.drafter_step_s * 1e3:.1f} ms per decoded token",
         f"c_rel     {result.c_rel:.3f}",
         f"v(k)      k=1..{len(result.v)}: {v}",
+        f"round costs (ms, decode + sampling + rule, calibrated): verify block k=1..: {verify}; "
+        f"draft n=1..: {draft}; re-sync +{1e3 * costs['resync_extra_s']:.1f}; "  # type: ignore[operator]
+        f"per token {1e3 * costs['emit_s']:.2f}",  # type: ignore[operator]
         f"baseline  {result.baseline_tokens_per_s:.2f} tokens/s (verifier alone; python share "
         f"{result.baseline_python_share:.1%})",
         "",
-        f"{'N':>3} {'tok/s':>7} {'speedup':>8} {'predicted':>9} {'accept':>7} {'mean len':>8} {'python':>7}",
+        f"{'N':>3} {'tok/s':>7} {'measured':>9} {'predicted':>9} {'error':>6} {'accept':>7} {'mean len':>8} "
+        f"{'break-even':>10} {'python':>7}" + "".join(f" {name[:22]:>22}" for name in profile_names),
     ]
     for run_ in result.runs:
         mark = "  <- best" if run_.best else ""
-        lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:7.3f}x {run_.predicted_speedup:8.3f}x "
-                     f"{run_.acceptance_rate:7.3f} {run_.mean_accepted_length:8.3f} {run_.python_share:6.1%}{mark}")
+        proxies = "".join(f" {run_.proxy_speedup[name]:21.3f}x" for name in profile_names)
+        lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:8.3f}x {run_.predicted_speedup:8.3f}x "
+                     f"{run_.prediction_error:+6.3f} {run_.acceptance_rate:7.3f} {run_.mean_accepted_length:8.3f} "
+                     f"{run_.break_even_length:10.3f} {run_.python_share:6.1%}{proxies}{mark}")
     settings = ", ".join(f"{k}={v}" for k, v in result.settings.items())
-    lines += ["", f"peak RSS  {result.peak_rss_mb:.0f} MiB   ({settings})"]
+    lines += ["", f"peak RSS  {result.peak_rss_mb:.0f} MiB   ({settings})",
+              "measured = tokens/s over the verifier alone's; predicted = calibrated costs x each run's own rounds; "
+              "break-even = the mean accepted length N needs to match the verifier alone here"]
+    if (line := slower_line(result)) is not None:
+        lines.append(line)
     return "\n".join(lines)

@@ -10,6 +10,16 @@ from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.session import DRAFT_KINDS, ModelOptions
 
 
+def draft_length(text: str) -> int | str:
+    """An integer draft length, or the word ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid draft length: {text!r} (a whole number or auto)") from None
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models")
     group.add_argument("--verifier", "-m", default=DEFAULT_VERIFIER, help="GGUF path or name in ggml_models/")
@@ -36,8 +46,9 @@ def add_sampling_options(parser: argparse.ArgumentParser, *, temperature: float 
 def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = True) -> None:
     group = parser.add_argument_group("speculation")
     if with_length:
-        group.add_argument("--draft-max", "--spec-draft-n-max", "--draft", type=int, default=3, dest="draft_max",
-                           help="draft length N")
+        group.add_argument("--draft-max", "--spec-draft-n-max", "--draft", type=draft_length, default=3,
+                           dest="draft_max", help="draft length N, or `auto`: the N this machine's costs and a short "
+                           "acceptance estimate predict fastest (0 when speculation does not pay)")
     group.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this")
     group.add_argument("--draft-p-min", type=float, default=0.0,
                        help="stop drafting when the drafter's top probability is below this")

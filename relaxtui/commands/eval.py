@@ -12,16 +12,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from relaxtui.commands.bench import hardware_description
 from relaxtui.commands.common import add_draft_options, model_options, sampling
+from relaxtui.costmodel.profiles import CostProfile, load_profile
 from relaxtui.errors import UserError
-from relaxtui.evals.report import render_table, summarise, write_reports
-from relaxtui.evals.results import ResultsStore, load_records
-from relaxtui.evals.runner import EvalPlan, SampleDone, run_eval
+from relaxtui.evals.report import json_lines, render_table, summarise, write_reports
+from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records
+from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, SequentialExecutor, run_units
 from relaxtui.evals.tasks import Sample, Task, get
 
 if TYPE_CHECKING:
     from relaxtui.engine.llama import LlamaModel
-    from relaxtui.session import ModelOptions
+    from relaxtui.session import LoadedPair, ModelOptions
 
 PROMPT_ROOM = 1024  # tokens kept for the prompt on top of --max-tokens
 
@@ -44,11 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=Path, default=None, help="results folder (default results/TASK)")
     run.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
     add_draft_options(parser, with_length=False)
+    report = parser.add_argument_group("report (also printed at the end of a run)")
+    report.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
+                        help="price speed-ups with this cost profile (repeatable; default: the profile measured "
+                             "when the run started; `relaxtui profiles list`)")
+    report.add_argument("--length-adjusted", action="store_true",
+                        help="require the length-adjusted speed-up (needs a --no-spec config in the run)")
+    report.add_argument("--json", action="store_true", help="with `report`: one JSON object per config and line")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.task == "report":
-        return _report(args.directory)
+        return report_run(args.directory, args.profile, as_json=args.json, length_adjusted=args.length_adjusted)
     if args.directory is not None:
         raise UserError(f"unexpected argument {args.directory!r} (only `eval report DIR` takes a folder)")
     task = get(args.task)
@@ -59,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     max_tokens = args.max_tokens or task.max_tokens
     if max_tokens < 1:
         raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
+    profiles_for_report(args.profile, None)  # an unknown or malformed profile fails before any model loads
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
                     sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
@@ -77,23 +87,57 @@ def run(args: argparse.Namespace) -> int:
     if environment and environment.get("sandbox_missing"):
         print(f"sandbox: {environment['sandbox_missing']}", file=sys.stderr)  # said once per run
 
-    from relaxtui.session import load_pair
-
-    pair = load_pair(options)
+    executor, close = open_executor(args, options, plan, samples, thinking, store)
     progress = ProgressBar(sys.stderr)
     stop_requested = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
     try:
-        run_eval(task, samples, plan, manifest, store, pair.verifier, pair.drafter,
-                 sample_tokenizer(pair.verifier, thinking=thinking), on_sample=progress.update,
-                 should_stop=stop_requested.is_set)
+        run_units(task, samples, plan, manifest, store, executor, on_sample=progress.update,
+                  should_stop=stop_requested.is_set)
     finally:
         signal.signal(signal.SIGINT, previous)
         progress.close()
-        pair.close()
+        close()
     if stop_requested.is_set():
         print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
-    return _report(out)
+    return report_run(out, args.profile, length_adjusted=args.length_adjusted)
+
+
+def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPlan, samples: list[Sample],
+                  thinking: bool | None, store: ResultsStore) -> tuple[Executor, Callable[[], None]]:
+    """What runs the work units of this run (one local pair, one sequence at a time), and how to release it.
+    The first time a run folder is used, this machine's cost profile is measured and saved with it: it is the
+    default pricing of `eval report`."""
+    from relaxtui.session import load_pair
+
+    pair = load_pair(options)
+    try:
+        if plan.has_spec and pair.drafter is None:
+            raise UserError("speculative configs need a drafter; pass --drafter or only --no-spec")
+        tokenize = sample_tokenizer(pair.verifier, thinking=thinking)
+        save_measured_profile(store, pair, plan, tokenize(samples[0]))
+    except BaseException:
+        pair.close()
+        raise
+    return SequentialExecutor(pair.verifier, pair.drafter, tokenize), pair.close
+
+
+def save_measured_profile(store: ResultsStore, pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> None:
+    """Calibrate this machine (a few seconds) unless the run folder already has its profile."""
+    path = store.directory / MEASURED_PROFILE
+    if path.exists():
+        return
+    from relaxtui.costmodel.calibrate import calibrate, typical_context
+    from relaxtui.decoding.drafters import ModelDrafter
+
+    drafter = pair.drafter if isinstance(pair.drafter, ModelDrafter) else None
+    print("measuring this machine's cost profile (once per run folder)…", file=sys.stderr, flush=True)
+    costs = calibrate(pair.verifier, drafter, max_block=max(plan.draft_max) + 1, sampling=plan.sampling,
+                      context=typical_context(prompt, min(plan.max_tokens, 512)), repeats=5, seed=plan.seed)
+    drafter_name = pair.drafter_path.name if pair.drafter_path else getattr(pair.drafter, "kind", "none")
+    profile = costs.profile("measured", verifier=pair.verifier_path.name, drafter=drafter_name,
+                            hardware=hardware_description())
+    path.write_text(profile.to_json())
 
 
 def run_manifest(task: Task, options: ModelOptions, plan: EvalPlan, *, thinking: str | None,
@@ -131,18 +175,37 @@ def sample_tokenizer(model: LlamaModel, *, thinking: bool | None = None) -> Call
     return lambda sample: conversation_tokens(model, template, sample.messages, thinking=thinking)
 
 
-def _report(directory: str | Path | None) -> int:
+def profiles_for_report(specs: list[str], directory: Path | None) -> list[CostProfile]:
+    """The profiles named, else the one measured when the run started (if the folder has it)."""
+    if specs:
+        return [load_profile(spec) for spec in specs]
+    measured = directory / MEASURED_PROFILE if directory is not None else None
+    return [load_profile(str(measured))] if measured is not None and measured.exists() else []
+
+
+def report_run(directory: str | Path | None, profile_specs: list[str], *, as_json: bool = False,
+               length_adjusted: bool = False) -> int:
+    """Summarise a run folder from its records: printed table (or JSON lines), CSV, Markdown and PNG."""
     if directory is None:
         raise UserError("usage: relaxtui eval report DIR")
-    run_info, records = load_records(Path(directory))
+    directory = Path(directory)
+    run_info, records = load_records(directory)
     if not records:
         raise UserError(f"{directory} has no results yet")
-    summaries = summarise(records)
+    if length_adjusted and not any(r["config"]["rule"] is None for r in records):
+        raise UserError(f"{directory}: the length-adjusted speed-up needs a verifier-alone config; rerun the same "
+                        "command with --no-spec to add it (finished configs are kept)")
+    profiles = profiles_for_report(profile_specs, directory)
+    summaries = summarise(records, profiles)
     title = f"{run_info['task']} — {run_info['verifier']} / {run_info['drafter']} (T={run_info['temperature']})"
-    print(title)
-    print(render_table(summaries))
-    for path in write_reports(Path(directory), summaries, title):
-        print(f"wrote {path}")
+    if as_json:
+        print(json_lines(summaries))
+    else:
+        print(title)
+        print(render_table(summaries))
+    for path in write_reports(directory, summaries, title, profiles):
+        if not as_json:
+            print(f"wrote {path}")
     return 0
 
 

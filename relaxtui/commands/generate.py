@@ -7,24 +7,36 @@ import json
 import signal
 import sys
 import threading
+from dataclasses import replace
 
 from relaxtui import console
 from relaxtui.commands.common import generation_config, model_options
+from relaxtui.costmodel.auto import AutoChoice, choose_draft_length, position_acceptance, slower_line
 from relaxtui.costmodel.bench import peak_rss_mb
-from relaxtui.decoding.events import Finished
-from relaxtui.decoding.loop import generate
-from relaxtui.rules import make
-from relaxtui.session import load_pair, prompt_tokens
+from relaxtui.costmodel.calibrate import calibrate, typical_context
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.events import Finished, Metrics
+from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.rules import Rule, make
+from relaxtui.session import LoadedPair, load_pair, prompt_tokens
+
+AUTO_MAX_DRAFT = 6  # --draft-max auto considers N = 0..this
+PROBE_TOKENS = 48  # tokens of the acceptance estimate
 
 
 def run(args: argparse.Namespace) -> int:
     rule = make(args.rule, args.alpha, temperature=args.temperature or 1.0)
-    config = generation_config(args)
+    auto = args.draft_max == "auto"
+    config = generation_config(args, draft_max=AUTO_MAX_DRAFT if auto else None)  # validates the other options
     options = model_options(args, speculative=not args.no_spec)
     thinking = None if args.thinking is None else args.thinking == "on"
     pair = load_pair(options)
     try:
         tokens = prompt_tokens(pair.verifier, args.prompt, chat=not args.raw, thinking=thinking, system=args.system)
+        if auto:
+            choice = auto_draft_length(pair, tokens, config, rule)
+            print(choice.line() if choice is not None else "--draft-max auto: 0 (no drafter)", file=sys.stderr)
+            config = replace(config, draft_max=choice.draft_max if choice is not None else 0)
         c_rel = None
         draft_model = getattr(pair.drafter, "model", None)
         if args.measure_c_rel and draft_model is not None:
@@ -36,15 +48,15 @@ def run(args: argparse.Namespace) -> int:
         # Ctrl-C stops at the next round boundary and still reports what was generated.
         stop_requested = threading.Event()
         previous_handler = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
-        finished = None
+        finished = None  # the Finished event (also under --json, for the cost line)
         try:
             for event in generate(pair.verifier, tokens, config, drafter=pair.drafter, rule=rule,
                                   should_stop=stop_requested.is_set):
+                if isinstance(event, Finished):
+                    finished = event
                 if args.json:
                     out.write(console.event_json(event) + "\n")
-                elif isinstance(event, Finished):
-                    finished = event
-                else:
+                elif not isinstance(event, Finished):
                     out.write(console.colour_token(event, colour))
                 out.flush()
         finally:
@@ -52,8 +64,41 @@ def run(args: argparse.Namespace) -> int:
         if finished is not None and not args.json:
             out.write("\n\n" + console.legend(colour) + "\n")
             out.write(console.stats_block(finished.metrics, c_rel=c_rel, peak_rss_mb=peak_rss_mb()) + "\n")
+        if finished is not None and config.draft_max > 0 and pair.drafter is not None and not auto:
+            line = predicted_slower(pair, tokens, config, finished.metrics)
+            if line is not None:
+                print(line, file=sys.stderr)
         elif args.json and c_rel is not None:
             out.write(json.dumps({"type": "cost", "c_rel": c_rel, "peak_rss_mb": peak_rss_mb()}) + "\n")
     finally:
         pair.close()
     return 0
+
+
+def _model_drafter(pair: LoadedPair) -> ModelDrafter | None:
+    return pair.drafter if isinstance(pair.drafter, ModelDrafter) else None
+
+
+def auto_draft_length(pair: LoadedPair, tokens: list[int], config: GenerationConfig, rule: Rule) -> AutoChoice | None:
+    """Calibrate this machine, estimate acceptance on this prompt (a short probe at the largest N), choose N."""
+    if pair.drafter is None:
+        return None
+    costs = calibrate(pair.verifier, _model_drafter(pair), max_block=AUTO_MAX_DRAFT + 1, sampling=config.sampling,
+                      rule=rule, context=typical_context(tokens, config.max_tokens), repeats=3, seed=config.seed)
+    probe = replace(config, draft_max=AUTO_MAX_DRAFT, max_tokens=min(PROBE_TOKENS, config.max_tokens))
+    metrics = next(e.metrics for e in generate(pair.verifier, tokens, probe, drafter=pair.drafter, rule=rule)
+                   if isinstance(e, Finished))
+    rates = position_acceptance(metrics.per_position_reached, metrics.per_position_accepted)
+    return choose_draft_length(costs, rates, AUTO_MAX_DRAFT)
+
+
+def predicted_slower(pair: LoadedPair, tokens: list[int], config: GenerationConfig, metrics: Metrics) -> str | None:
+    """After the reply: price its own rounds with this machine's costs (a few seconds of timing) and say so
+    when speculation was slower than the verifier alone would have been."""
+    n = max(metrics.draft_lengths, default=0)
+    if n == 0:
+        return None
+    costs = calibrate(pair.verifier, _model_drafter(pair), max_block=n + 1, sampling=config.sampling,
+                      context=typical_context(tokens, config.max_tokens), repeats=3, seed=config.seed)
+    return slower_line(costs, config.draft_max, metrics.mean_accepted_length, metrics.draft_lengths,
+                       metrics.full_accept_rounds, metrics.output_tokens)

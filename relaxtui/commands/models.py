@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     quantize.add_argument("target", help="output path")
     quantize.add_argument("--type", required=True, help="q4_0, q8_0, q4_k_m, ...")
     quantize.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: every core)")
+    quantize.add_argument("--pure", action="store_true",
+                          help="every tensor in --type, output projection and token embeddings included")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if command == "quantize":
         from relaxtui.models.quantize import quantize
 
-        target = quantize(args.source, args.target, args.type, threads=args.threads)
+        target = quantize(args.source, args.target, args.type, threads=args.threads, pure=args.pure)
         print(f"wrote {target} ({target.stat().st_size / 2**20:.0f} MiB, {args.type.upper()})")
         return 0
     if command == "pull":

@@ -11,7 +11,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.commands.common import model_options, sampling
-from relaxtui.commands.eval import ProgressBar, run_environment, run_manifest, sample_tokenizer
+from relaxtui.commands.eval import (
+    ProgressBar,
+    profiles_for_report,
+    run_environment,
+    run_manifest,
+    sample_tokenizer,
+    save_measured_profile,
+)
+from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
 from relaxtui.errors import UserError
 from relaxtui.evals.report import render_table, summarise, write_reports
 from relaxtui.evals.results import ResultsStore
@@ -34,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="seeds per problem (avg@n)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default results/tune-TASK)")
     parser.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
+    parser.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
+                        help="price speed with this cost profile (repeatable; the first one drives the advice; "
+                             "default: this machine, measured at the start)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("draft lengths must be >= 1")
     if "strict" in args.rule:
         raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
+    profiles = profiles_for_report(args.profile, None)  # bad profiles fail before any model loads
     samples = task.load(args.data)[: args.limit]
     params = sampling(args)
     out = args.out or Path("results") / f"tune-{args.task}"
@@ -65,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         store.open_run(manifest, run_environment(task))
         pair = load_pair(options)
         tokenize = sample_tokenizer(pair.verifier)
+        save_measured_profile(store, pair, EvalPlan(rules=("strict",), draft_max=(max(args.draft_max),),
+                                                    max_tokens=args.max_tokens, sampling=params), tokenize(samples[0]))
+        if not args.profile and position == 0:
+            profiles = profiles_for_report([], store.directory)  # this machine, as just measured
         progress = ProgressBar(sys.stderr)
         previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
         try:
@@ -72,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
                               repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
             run_eval(task, samples, strict, manifest, store, pair.verifier, pair.drafter, tokenize,
                      on_sample=progress.update, should_stop=stop_requested.is_set)
-            relaxed_n = args.relaxed_n or _best_strict_n([*all_records, *store.records()])
+            relaxed_n = args.relaxed_n or _best_strict_n([*all_records, *store.records()],
+                                                         profiles[0] if profiles else None)
             for rule in args.rule:
                 knobs = tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2]
                 plan = EvalPlan(rules=(rule,), alphas=knobs, draft_max=(relaxed_n,), no_spec=False,
@@ -90,25 +107,34 @@ def run(args: argparse.Namespace) -> int:
             if len(args.drafters) > 1 and record["config"]["rule"] is not None:
                 record["config"]["label"] += f" [{stem}]"
             all_records.append(record)
-    summaries = summarise(all_records)
+    summaries = summarise(all_records, profiles)
     title = f"tune {task.name} (K={len(samples)}) — {manifest['verifier']}"
     print(title)
     print(render_table(summaries))
-    write_reports(out, summaries, title)
-    advice = recommend(summaries, max_drop=args.max_drop)
+    write_reports(out, summaries, title, profiles)
+    advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None)
     print("\nPareto front: " + ", ".join(s.label for s in advice.front))
     print("\n".join(advice.lines()))
     print(f"\nresults, summary.md and pareto.png in {out}")
     return 0
 
 
-def _best_strict_n(records) -> int:  # type: ignore[no-untyped-def]
-    """The strict N with the most tokens/s so far (3 when nothing ran)."""
-    speed: dict[int, tuple[int, float]] = {}
-    for r in records:
-        if r["config"]["rule"] == "strict":
-            tokens, seconds = speed.get(r["config"]["draft_max"], (0, 0.0))
-            speed[r["config"]["draft_max"]] = (tokens + r["output_tokens"], seconds + r["decode_s"])
-    if not speed:
+def _best_strict_n(records, profile: CostProfile | None) -> int:  # type: ignore[no-untyped-def]
+    """The strict N that is fastest so far: by the profile's proxy speed-up (stable), else by tokens/s; 3 when
+    nothing ran."""
+    by_n: dict[int, list] = {}
+    for record in records:
+        if record["config"]["rule"] == "strict":
+            by_n.setdefault(record["config"]["draft_max"], []).append(record)
+    if not by_n:
         return 3
-    return max(speed, key=lambda n: speed[n][0] / speed[n][1] if speed[n][1] else 0.0)
+
+    def speed(rows: list) -> float:  # type: ignore[type-arg]
+        if profile is not None:
+            return proxy_speedup(profile, sum(r["output_tokens"] for r in rows),
+                                 [k for r in rows for k in r.get("draft_lengths", [])],
+                                 full_rounds=sum(r.get("full_accept_rounds", 0) for r in rows))
+        seconds = sum(r["decode_s"] for r in rows)
+        return sum(r["output_tokens"] for r in rows) / seconds if seconds else 0.0
+
+    return max(by_n, key=lambda n: speed(by_n[n]))

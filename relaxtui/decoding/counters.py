@@ -24,6 +24,7 @@ class RoundCounters:
     reached: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     draft_lengths: list[int] = field(default_factory=list)  # k_r of every round, in order (cost profiles price it)
+    full_rounds: int = 0  # rounds whose every draft was accepted (the drafter then re-syncs two tokens)
 
     def __post_init__(self) -> None:
         self.reached = [0] * self.draft_max
@@ -37,6 +38,7 @@ class RoundCounters:
             self.accepted_at += [0] * grow
         self.rounds += 1
         self.draft_lengths.append(n_drafted)
+        self.full_rounds += n_drafted > 0 and n_accepted == n_drafted
         self.drafted += n_drafted
         self.accepted += n_accepted
         for position in range(min(n_drafted, n_accepted + 1)):

@@ -82,6 +82,7 @@ class Metrics:
     draft_lengths: tuple[int, ...] = ()  # drafts verified in each round, in order (0 = a verifier-only step)
     extra_draft_steps: int = 0  # drafter steps past the draft (a relaxed bonus needs q at N+1)
     prefill_decoded: int = -1  # prompt tokens the verifier decoded (the rest was reused from its cache)
+    full_accept_rounds: int = 0  # rounds whose every draft was accepted
 
     @property
     def acceptance_rate(self) -> float:

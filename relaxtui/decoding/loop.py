@@ -193,7 +193,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         draft_s=counters.draft_s, verify_s=counters.verify_s,
         llama_s=_llama_seconds(verifier, drafter) - llama_before, truncated=finish in {"context", "max_tokens"},
         finish_reason=finish, draft_lengths=tuple(counters.draft_lengths), extra_draft_steps=extra_steps,
-        prefill_decoded=prefill_decoded,
+        prefill_decoded=prefill_decoded, full_accept_rounds=counters.full_rounds,
     )
     yield Finished("".join(text_parts), metrics, tuple(output))
 

@@ -1,20 +1,27 @@
-"""Per-config summaries of an eval run, as a table, CSV, Markdown and a capability-vs-speed-up plot.
+"""Per-config summaries of an eval run: capability with paired evidence, speed measured and priced (SPEC §3).
 
-Everything here reads result records only, so `relaxtui eval report DIR` rebuilds it without a model.
-Accuracy is avg@n: the mean over problems of each problem's mean correctness over its n seeds, with a 95%
-normal interval over problems. Speed-up is tokens/s against the run's own verifier-alone baseline;
-S_relax = speed-up × (baseline mean length / this config's mean length) (SPEC §3).
+Everything here reads result records (and cost profiles) only, so `relaxtui eval report DIR` rebuilds it
+without a model. Accuracy is avg@n with a 95% interval over problems. Each config is compared with its
+*reference* — strict at the same N when the run has it, else the verifier alone — on the (problem, seed)
+pairs both ran: Δaccuracy with a paired 95% interval, wins and losses. Speed is reported three ways:
+measured (geometric mean of per-pair tokens/s ratios against the verifier alone, with its interval), and
+for each cost profile the proxy speed-up (the run's own rounds priced by the profile) and its
+length-adjusted value (divided by the output-length ratio against the verifier alone on shared pairs).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
+from relaxtui.evals.stats import MeanInterval, PairedDifference, geometric_mean_ratio, paired_difference, pairs_of
 
 
 @dataclass(frozen=True)
@@ -26,15 +33,18 @@ class ConfigSummary:
     problems: int
     samples: int
     accuracy: float
-    ci95: float
+    ci95: float  # unpaired, over problems
     mean_output_tokens: float
     truncation_rate: float
     degeneracy_rate: float
     acceptance_rate: float
     mean_accepted_length: float
     tokens_per_s: float
-    speedup: float | None
-    s_relax: float | None
+    measured_speedup: MeanInterval | None = None  # vs the verifier alone, per pair, geometric mean
+    proxy: dict[str, float] = field(default_factory=dict)  # profile name -> proxy speed-up
+    length_adjusted: dict[str, float | None] = field(default_factory=dict)
+    reference: str | None = None  # label of the config Δaccuracy is measured against
+    delta: PairedDifference | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -44,27 +54,60 @@ class ConfigSummary:
     def is_strict(self) -> bool:
         return self.rule == "strict"
 
+    @property
+    def speedup(self) -> float | None:
+        """The measured speed-up's point value (None without a verifier-alone config)."""
+        return None if self.measured_speedup is None else self.measured_speedup.mean
 
-def summarise(records: Iterable[dict[str, Any]]) -> list[ConfigSummary]:
+    def as_dict(self) -> dict[str, Any]:
+        """The `eval report --json` object of this config (the contract names come first)."""
+        delta = self.delta
+        measured = self.measured_speedup
+        return {
+            "config": self.label, "rule": self.rule, "knob": self.knob, "draft_max": self.draft_max,
+            "samples": self.samples, "accuracy": self.accuracy, "proxy_speedup": dict(self.proxy),
+            "length_adjusted_speedup": dict(self.length_adjusted),
+            "delta_accuracy": None if delta is None else _finite(delta.interval.mean),
+            "delta_ci95": None if delta is None else [_finite(delta.interval.low), _finite(delta.interval.high)],
+            "pairs": None if delta is None else delta.pairs,
+            "wins": None if delta is None else delta.wins, "losses": None if delta is None else delta.losses,
+            "reference": self.reference, "problems": self.problems, "accuracy_ci95": _finite(self.ci95),
+            "measured_speedup": None if measured is None else _finite(measured.mean),
+            "measured_speedup_ci95": None if measured is None else [_finite(measured.low), _finite(measured.high)],
+            "mean_output_tokens": self.mean_output_tokens, "truncation_rate": self.truncation_rate,
+            "degeneracy_rate": self.degeneracy_rate, "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length, "tokens_per_s": self.tokens_per_s,
+        }
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def _label(config: dict[str, Any]) -> str:
+    return str(config["label"])
+
+
+def summarise(records: Iterable[dict[str, Any]], profiles: Sequence[CostProfile] = ()) -> list[ConfigSummary]:
     by_config: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_config[record["config_id"]].append(record)
-    partial = [_summary(rows) for rows in by_config.values()]
-    baseline = next((s for s in partial if s.is_baseline), None)
+    groups = list(by_config.values())
+    baseline = next((rows for rows in groups if rows[0]["config"]["rule"] is None), None)
+    strict_at = {rows[0]["config"]["draft_max"]: rows for rows in groups if rows[0]["config"]["rule"] == "strict"}
     summaries = []
-    for summary in partial:
-        speedup = s_relax = None
-        if baseline is not None and baseline.tokens_per_s > 0:
-            speedup = summary.tokens_per_s / baseline.tokens_per_s
-            if summary.mean_output_tokens > 0:
-                s_relax = speedup * baseline.mean_output_tokens / summary.mean_output_tokens
-        summaries.append(ConfigSummary(**{**asdict(summary), "speedup": speedup, "s_relax": s_relax}))
+    for rows in groups:
+        config = rows[0]["config"]
+        reference = None if config["rule"] is None else (
+            baseline if config["rule"] == "strict" else strict_at.get(config["draft_max"], baseline))
+        summaries.append(_summary(rows, baseline, reference, profiles))
     summaries.sort(key=lambda s: (s.rule is not None, s.rule != "strict", s.rule or "",
                                   s.knob if s.knob is not None else -1e9, s.draft_max))
     return summaries
 
 
-def _summary(rows: list[dict[str, Any]]) -> ConfigSummary:
+def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
+             reference: list[dict[str, Any]] | None, profiles: Sequence[CostProfile]) -> ConfigSummary:
     config = rows[0]["config"]
     per_problem: dict[str, list[bool]] = defaultdict(list)
     for row in rows:
@@ -79,54 +122,148 @@ def _summary(rows: list[dict[str, Any]]) -> ConfigSummary:
     tokens = sum(r["output_tokens"] for r in rows)
     decode = sum(r["decode_s"] for r in rows)
     drafted, accepted, rounds = (sum(r[k] for r in rows) for k in ("drafted", "accepted", "rounds"))
+    measured = delta = None
+    if baseline is not None and baseline is not rows:
+        measured = geometric_mean_ratio(pairs_of(rows, "tokens_per_s"), pairs_of(baseline, "tokens_per_s"))
+    elif baseline is rows:
+        measured = MeanInterval(1.0, 1.0, 1.0, len(per_problem), 0.0)
+    if reference is not None:
+        delta = paired_difference(pairs_of(rows, "correct"), pairs_of(reference, "correct"))
+    proxy = {p.name: _proxy(p, rows) for p in profiles}
+    length_ratio = _length_ratio(rows, baseline) if baseline is not None else None
+    adjusted = {name: (value / length_ratio if length_ratio else None) for name, value in proxy.items()}
     return ConfigSummary(
-        label=config["label"], rule=config["rule"], knob=config["knob"], draft_max=config["draft_max"],
+        label=_label(config), rule=config["rule"], knob=config["knob"], draft_max=config["draft_max"],
         problems=len(per_problem), samples=len(rows), accuracy=accuracy, ci95=ci95,
         mean_output_tokens=tokens / len(rows), truncation_rate=sum(r["truncated"] for r in rows) / len(rows),
         degeneracy_rate=sum(r["degenerate"] for r in rows) / len(rows),
         acceptance_rate=accepted / drafted if drafted else 0.0,
         mean_accepted_length=1 + accepted / rounds if rounds and drafted else 1.0,
-        tokens_per_s=tokens / decode if decode > 0 else 0.0, speedup=None, s_relax=None,
+        tokens_per_s=tokens / decode if decode > 0 else 0.0, measured_speedup=measured, proxy=proxy,
+        length_adjusted=adjusted, reference=None if reference is None else _label(reference[0]["config"]),
+        delta=delta,
     )
 
 
-COLUMNS = ("config", "acc", "±95%", "n", "len", "trunc", "degen", "accept", "mean len", "tok/s", "speedup",
-           "S_relax")
+def _proxy(profile: CostProfile, rows: list[dict[str, Any]]) -> float:
+    """The paper's aggregate: all output tokens priced as AR steps over all rounds priced by the profile."""
+    tokens = sum(r["output_tokens"] for r in rows)
+    lengths = [k for r in rows for k in _draft_lengths(r)]
+    return proxy_speedup(profile, tokens, lengths,
+                         extra_draft_steps=sum(r.get("extra_draft_steps", 0) for r in rows),
+                         full_rounds=sum(r.get("full_accept_rounds", 0) for r in rows))
 
 
-def _row(s: ConfigSummary) -> list[str]:
-    def ratio(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3f}x"
+def _draft_lengths(record: dict[str, Any]) -> list[int]:
+    """Each round's draft length; records written before they were kept had a fixed N (or were baselines)."""
+    if "draft_lengths" in record:
+        return list(record["draft_lengths"])
+    n = record["config"]["draft_max"]
+    return [n] * record["rounds"] if n else [0] * record["rounds"]
 
+
+def _length_ratio(rows: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> float | None:
+    """Output-length ratio config / verifier alone over the (problem, seed) pairs both ran."""
+    mine, theirs = pairs_of(rows, "output_tokens"), pairs_of(baseline, "output_tokens")
+    shared = set(mine) & set(theirs)
+    base = sum(theirs[key] for key in shared)
+    return sum(mine[key] for key in shared) / base if shared and base > 0 else None
+
+
+# -- rendering ------------------------------------------------------------------------------------------------------
+def _ratio(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.3f}x"
+
+
+def _delta(s: ConfigSummary) -> tuple[str, str]:
+    if s.delta is None or s.delta.pairs == 0:
+        return "-", "-"
+    interval = s.delta.interval
+    bounds = "" if math.isnan(interval.low) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
+    return f"{100 * interval.mean:+.1f}{bounds}", f"{s.delta.wins}/{s.delta.losses}/{s.delta.pairs}"
+
+
+def columns(profiles: Sequence[str]) -> list[str]:
+    names = ["config", "acc", "±95%", "Δacc vs ref [paired 95%]", "W/L/pairs", "len", "trunc", "degen", "accept",
+             "mean len", "tok/s", "measured"]
+    for name in profiles:
+        names += [f"proxy {name}", f"len-adj {name}"]
+    return names
+
+
+def row(s: ConfigSummary, profiles: Sequence[str]) -> list[str]:
     ci = "-" if math.isnan(s.ci95) else f"{100 * s.ci95:.1f}"
     accept = "-" if s.is_baseline else f"{s.acceptance_rate:.3f}"
-    return [s.label, f"{100 * s.accuracy:.1f}", ci, str(s.samples), f"{s.mean_output_tokens:.0f}",
-            f"{100 * s.truncation_rate:.0f}%", f"{100 * s.degeneracy_rate:.0f}%", accept,
-            f"{s.mean_accepted_length:.2f}", f"{s.tokens_per_s:.2f}", ratio(s.speedup), ratio(s.s_relax)]
+    delta, record = _delta(s)
+    measured = s.measured_speedup
+    speed = "-" if measured is None else (
+        _ratio(measured.mean) + ("" if math.isnan(measured.low) or s.is_baseline else
+                                 f" [{measured.low:.2f}, {measured.high:.2f}]"))
+    cells = [s.label, f"{100 * s.accuracy:.1f}", ci, delta, record, f"{s.mean_output_tokens:.0f}",
+             f"{100 * s.truncation_rate:.0f}%", f"{100 * s.degeneracy_rate:.0f}%", accept,
+             f"{s.mean_accepted_length:.2f}", f"{s.tokens_per_s:.2f}", speed]
+    for name in profiles:
+        cells += [_ratio(s.proxy.get(name)), _ratio(s.length_adjusted.get(name))]
+    return cells
+
+
+def profile_names(summaries: Sequence[ConfigSummary]) -> list[str]:
+    return list(summaries[0].proxy) if summaries else []
 
 
 def render_table(summaries: list[ConfigSummary]) -> str:
-    rows = [list(COLUMNS)] + [_row(s) for s in summaries]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    names = profile_names(summaries)
+    rows = [columns(names)] + [row(s, names) for s in summaries]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
-                               enumerate(zip(row, widths, strict=True))) for row in rows)
+                               enumerate(zip(r, widths, strict=True))) for r in rows)
 
 
-def render_markdown(summaries: list[ConfigSummary], title: str) -> str:
-    lines = [f"# {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_row(s)) + " |" for s in summaries]
-    lines += ["", "acc = avg@n accuracy (%) with a 95% normal interval over problems; len = mean output tokens; "
-              "speedup = tokens/s over the run's verifier-alone baseline; S_relax = speedup x (baseline length / "
-              "config length)."]
+FOOTNOTE = (
+    "acc = avg@n accuracy (%) with a 95% interval over problems; Δacc vs ref = accuracy minus the reference's "
+    "(strict at the same N, else the verifier alone) on the (problem, seed) pairs both ran, paired 95% interval in "
+    "points; W/L/pairs = pairs the config got right and the reference wrong / the reverse / pairs compared; len = "
+    "mean output tokens; measured = geometric mean of per-pair tokens/s ratios against the verifier alone [95%]; "
+    "proxy P = output tokens priced as verifier steps over the run's rounds priced by cost profile P; len-adj P = "
+    "proxy / (output length ratio against the verifier alone on shared pairs).")
+
+
+def render_markdown(summaries: list[ConfigSummary], title: str, profiles: Sequence[CostProfile] = ()) -> str:
+    names = profile_names(summaries)
+    header = columns(names)
+    lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row(s, names)) + " |" for s in summaries]
+    lines += ["", FOOTNOTE]
+    for profile in profiles:
+        lines.append(f"\nProfile `{profile.name}`: {profile.hardware}; verifier {profile.verifier}, drafter "
+                     f"{profile.drafter}; t_AR {profile.verifier_ar_ms:.3f} ms, t_D {profile.drafter_ms:.3f} ms, "
+                     f"{profile.pricing} pricing. {profile.source}")
     return "\n".join(lines) + "\n"
 
 
 def write_csv(summaries: list[ConfigSummary], path: Path) -> None:
+    flat = [_flatten(s.as_dict()) for s in summaries]
+    fields = list(dict.fromkeys(key for item in flat for key in item)) or ["config"]
     with path.open("w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=list(asdict(summaries[0])) if summaries else ["label"])
+        writer = csv.DictWriter(stream, fieldnames=fields)
         writer.writeheader()
-        for summary in summaries:
-            writer.writerow(asdict(summary))
+        writer.writerows(flat)
+
+
+def _flatten(data: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}[{name}]": item for name, item in value.items()})
+        elif isinstance(value, list):
+            flat.update({f"{key}_low": value[0], f"{key}_high": value[1]})
+        else:
+            flat[key] = value
+    return flat
+
+
+def json_lines(summaries: list[ConfigSummary]) -> str:
+    return "\n".join(json.dumps(s.as_dict()) for s in summaries)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -135,47 +272,13 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return sorted(set(front))
 
 
-def plot(summaries: list[ConfigSummary], path: Path, title: str) -> bool:
-    """Capability vs measured speed-up, one point per config; False when there is no baseline to divide by."""
-    placed = [s for s in summaries if s.speedup is not None]
-    if not placed:
-        return False
-    import matplotlib
+def write_reports(directory: Path, summaries: list[ConfigSummary], title: str,
+                  profiles: Sequence[CostProfile] = ()) -> list[Path]:
+    from relaxtui.evals.plot import plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(8, 5.5), dpi=120)
-    for s in placed:
-        style = dict(marker="s", color="black", s=70) if s.is_baseline else (
-            dict(marker="*", color="tab:green", s=160) if s.is_strict else dict(marker="o", color="tab:blue", s=45))
-        axes.scatter(s.speedup, 100 * s.accuracy, zorder=3, **style)
-        if not math.isnan(s.ci95):
-            axes.errorbar(s.speedup, 100 * s.accuracy, yerr=100 * s.ci95, color="grey", alpha=0.4, zorder=2)
-        axes.annotate(s.label, (s.speedup, 100 * s.accuracy), textcoords="offset points", xytext=(5, 4),
-                      fontsize=7)
-    front = pareto_front([(s.speedup, 100 * s.accuracy) for s in placed])
-    axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="tab:red", label="Pareto front", zorder=1)
-    axes.scatter([], [], marker="s", color="black", label="verifier alone")
-    axes.scatter([], [], marker="*", color="tab:green", s=120, label="strict")
-    axes.scatter([], [], marker="o", color="tab:blue", label="relaxed")
-    axes.axvline(1.0, color="black", linewidth=0.6, alpha=0.5)
-    axes.set_xlabel("measured speed-up vs verifier alone (tokens/s ratio)")
-    axes.set_ylabel("accuracy (%)")
-    axes.set_ylim(-3, 103)
-    axes.set_title(title, fontsize=10)
-    axes.legend(fontsize=8, loc="best")
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return True
-
-
-def write_reports(directory: Path, summaries: list[ConfigSummary], title: str) -> list[Path]:
     written = [directory / "summary.csv", directory / "summary.md"]
     write_csv(summaries, written[0])
-    written[1].write_text(render_markdown(summaries, title))
+    written[1].write_text(render_markdown(summaries, title, profiles))
     if plot(summaries, directory / "pareto.png", title):
         written.append(directory / "pareto.png")
     return written

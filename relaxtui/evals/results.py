@@ -19,6 +19,7 @@ from relaxtui.errors import UserError
 
 MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
+MEASURED_PROFILE = "measured-profile.json"  # this machine's cost profile, measured when the run started
 ENVIRONMENT = "environment"  # manifest key for facts about the machine, not part of the run's identity
 
 

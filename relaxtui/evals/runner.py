@@ -52,6 +52,10 @@ class EvalPlan:
             raise UserError("nothing to run: give --rule or --no-spec")
         self.points()  # every knob of the grid is validated before anything runs
 
+    @property
+    def has_spec(self) -> bool:
+        return bool(self.rules)
+
     @staticmethod
     def _name(spec: str) -> str:
         return spec.partition(":")[0]
@@ -130,6 +134,7 @@ def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any
         "degenerate": is_degenerate(finished.token_ids),
         "rounds": metrics.rounds, "drafted": metrics.drafted, "accepted": metrics.accepted,
         "draft_lengths": list(metrics.draft_lengths), "extra_draft_steps": metrics.extra_draft_steps,
+        "full_accept_rounds": metrics.full_accept_rounds,
         "per_position_reached": list(metrics.per_position_reached),
         "per_position_accepted": list(metrics.per_position_accepted),
         "per_position_acceptance": list(metrics.per_position_acceptance),

@@ -1,8 +1,11 @@
 """`relaxtui tune`: from eval summaries to a plain recommendation (pure; the command prints it).
 
 Order of advice follows the paper: first the best *strict* draft length (lossless speed), then which relaxed
-settings, if any, beat it on speed while losing at most ``max_drop`` accuracy points — with the caveat that
-on a handful of problems the 95% interval is usually wider than the drop you are willing to accept.
+settings beat it on speed while losing at most ``max_drop`` accuracy points. Speed is the proxy speed-up under
+the primary cost profile (this machine's measured profile by default: stable on a noisy machine, where the
+wall clock is not), else the measured one. Capability is the paired interval against the config's reference:
+a relaxed setting is recommended only when the interval's lower bound clears −max_drop; when its estimate is
+inside but the interval is too wide, the advice says roughly how many problems would resolve it.
 """
 
 from __future__ import annotations
@@ -10,73 +13,114 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.evals.report import ConfigSummary, pareto_front
+from relaxtui.evals.stats import problems_to_resolve
+
+FEW_PROBLEMS = 30  # below this, the advice carries a caveat about its intervals
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    summary: ConfigSummary
+    problems_needed: int | None  # problems in all that would resolve --max-drop, if the estimate holds
 
 
 @dataclass(frozen=True)
 class Recommendation:
+    basis: str  # what "speed-up" means in this advice
     best_strict: ConfigSummary | None
     relaxed_winners: list[ConfigSummary]
+    unresolved: list[Unresolved]
     front: list[ConfigSummary]
     caveat: str | None
+    slower: str | None  # one line when speculation does not pay here, with the break-even length
+    max_drop: float
 
-    def lines(self, drafter_of: dict[str, str] | None = None) -> list[str]:
-        def name(s: ConfigSummary) -> str:
-            drafter = (drafter_of or {}).get(s.label)
-            return f"{s.label}{f' [{drafter}]' if drafter else ''}"
-
-        def numbers(s: ConfigSummary) -> str:
-            return f"accuracy {100 * s.accuracy:.1f}%, speed-up {s.speedup or 0:.2f}x"
-
-        lines = []
+    def lines(self) -> list[str]:
+        lines = [f"speed-up = {self.basis}"]
         if self.best_strict is None:
             lines.append("no strict configuration ran, so there is no lossless reference")
-        elif (self.best_strict.speedup or 0) <= 1.0:
-            lines.append(f"strict speculation does not pay on this machine: best {name(self.best_strict)} "
-                         f"reaches {self.best_strict.speedup or 0:.2f}x; keep the verifier alone or a cheaper drafter")
+        elif self.slower is not None:
+            lines.append(f"1. {self.slower}")
         else:
-            lines.append(f"1. use strict speculation: {name(self.best_strict)} ({numbers(self.best_strict)})")
+            lines.append(f"1. use strict speculation: {self.best_strict.label} ({_numbers(self.best_strict)})")
         if self.relaxed_winners:
-            lines.append("2. relaxed settings that beat it within the allowed accuracy drop:")
-            lines += [f"   - {name(s)} ({numbers(s)})" for s in self.relaxed_winners]
+            lines.append("2. relaxed settings faster than it whose paired 95% interval stays within "
+                         f"-{self.max_drop:g} points of their reference:")
+            lines += [f"   - {s.label} ({_numbers(s)})" for s in self.relaxed_winners]
         else:
-            lines.append("2. no relaxed setting beats the best strict one within the allowed accuracy drop")
+            lines.append(f"2. no relaxed setting is both faster and resolved within -{self.max_drop:g} points")
+        for item in self.unresolved:
+            more = ("more data would not help: its estimate is already below the allowed drop"
+                    if item.problems_needed is None else
+                    f"about {max(item.problems_needed - item.summary.problems, 1)} more problems "
+                    f"({item.problems_needed} in all) would resolve --max-drop {self.max_drop:g} if the estimate holds")
+            lines.append(f"   unresolved: {item.summary.label} is faster ({_numbers(item.summary)}); {more}")
         if self.caveat:
             lines.append(f"caveat: {self.caveat}")
         return lines
 
 
-def wilson_half_width(accuracy: float, n: int, z: float = 1.96) -> float:
-    """Half-width of the 95% Wilson score interval: honest even at 0% or 100% on few problems."""
-    if n <= 0:
-        return 1.0
-    denominator = 1 + z * z / n
-    return z * math.sqrt(accuracy * (1 - accuracy) / n + z * z / (4 * n * n)) / denominator
+def _numbers(s: ConfigSummary) -> str:
+    text = f"accuracy {100 * s.accuracy:.1f}%"
+    if s.delta is not None and s.delta.pairs:
+        interval = s.delta.interval
+        bounds = "" if math.isnan(interval.low) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
+        text += f", Δ vs {s.reference} {100 * interval.mean:+.1f}{bounds} on {s.delta.pairs} pairs"
+    return text + f", speed-up {_speed_text(s)}"
 
 
-def recommend(summaries: list[ConfigSummary], *, max_drop: float) -> Recommendation:
-    """``max_drop`` is in accuracy points (percent)."""
-    placed = [s for s in summaries if s.speedup is not None]
+def _speed_text(s: ConfigSummary) -> str:
+    parts = [f"{value:.2f}x {name}" for name, value in s.proxy.items()]
+    if s.speedup is not None:
+        parts.append(f"{s.speedup:.2f}x measured")
+    return ", ".join(parts) or "-"
+
+
+def speed_of(s: ConfigSummary, profile: str | None) -> float:
+    if profile is not None:
+        return s.proxy.get(profile, 0.0)
+    return s.speedup or 0.0
+
+
+def recommend(summaries: list[ConfigSummary], *, max_drop: float,
+              profile: CostProfile | None = None) -> Recommendation:
+    """``max_drop`` is in accuracy points; ``profile`` (if any) prices speed and the break-even line."""
+    primary = profile.name if profile is not None and summaries and profile.name in summaries[0].proxy else None
+    basis = (f"proxy speed-up under cost profile {primary!r}" if primary is not None
+             else "measured speed-up vs the verifier alone (wall clock on this machine)")
+    placed = [s for s in summaries if primary is not None or s.speedup is not None]
     strict = [s for s in placed if s.is_strict]
-    best_strict = max(strict, key=lambda s: (s.speedup or 0, s.accuracy), default=None)
+    best_strict = max(strict, key=lambda s: (speed_of(s, primary), s.accuracy), default=None)
     winners: list[ConfigSummary] = []
+    unresolved: list[Unresolved] = []
     if best_strict is not None:
-        floor = best_strict.accuracy - max_drop / 100
-        winners = sorted((s for s in placed if s.rule not in (None, "strict") and
-                          (s.speedup or 0) > (best_strict.speedup or 0) and s.accuracy >= floor),
-                         key=lambda s: -(s.speedup or 0))
-    points = {(s.speedup or 0, 100 * s.accuracy): s for s in placed}
+        for s in placed:
+            if s.rule in (None, "strict") or speed_of(s, primary) <= speed_of(best_strict, primary) or s.delta is None:
+                continue
+            # resolved = the interval (its spread floored, so that a few tied pairs prove nothing) clears it
+            needed = problems_to_resolve(s.delta, max_drop / 100)
+            if needed is not None and needed <= s.delta.interval.n:
+                winners.append(s)
+            else:
+                unresolved.append(Unresolved(s, needed))
+    winners.sort(key=lambda s: -speed_of(s, primary))
+    points = {(speed_of(s, primary), 100 * s.accuracy): s for s in placed}
     front = [points[p] for p in pareto_front(list(points))]
     problems = max((s.problems for s in placed), default=0)
-    widths = [s.ci95 for s in placed if not math.isnan(s.ci95)]
-    reference = best_strict.accuracy if best_strict is not None else 0.5
-    # the observed interval can be 0 (every answer wrong); the Wilson interval of K problems cannot
-    resolution = max([*widths, wilson_half_width(reference, problems)])
     caveat = None
     if problems < 2:
-        caveat = f"only {problems} problem(s): accuracy differences cannot be told apart; rerun with a larger --limit"
-    elif 100 * resolution > max_drop:
-        caveat = (f"with {problems} problems the 95% interval is up to ±{100 * resolution:.1f} points, wider than "
-                  f"--max-drop {max_drop:g}: these accuracy differences are not resolved; rerun with a larger "
-                  "--limit before trusting a relaxed setting")
-    return Recommendation(best_strict, winners, front, caveat)
+        caveat = f"only {problems} problem(s): no paired interval can be formed; rerun with a larger --limit"
+    elif problems < FEW_PROBLEMS:
+        caveat = (f"only {problems} problems: intervals over so few are rough, and pairs that all tie prove "
+                  "nothing (advice treats them as if one pair disagreed); rerun with a larger --limit")
+    slower = None
+    if best_strict is not None and speed_of(best_strict, primary) <= 1.0:
+        slower = (f"speculation does not pay here: the best strict config, {best_strict.label}, reaches "
+                  f"{speed_of(best_strict, primary):.2f}x")
+        if profile is not None:
+            slower += (f"; at N={best_strict.draft_max} it would need a mean accepted length of "
+                       f"{profile.break_even_length(best_strict.draft_max):.2f} to break even (it reached "
+                       f"{best_strict.mean_accepted_length:.2f}); keep the verifier alone or a cheaper drafter")
+    return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop)

@@ -20,13 +20,22 @@ QUANT_TYPES = {
 }
 
 
+# ggml tensor types of the formats a "pure" file can use for every tensor (llama.cpp's --pure plus
+# --output-tensor-type and --token-embedding-type of the same format)
+PURE_TENSOR_TYPES = {"f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
+
+
 def quantize(source: str | os.PathLike[str], target: str | os.PathLike[str], type_name: str, *,
-             threads: int | None = None) -> Path:
+             threads: int | None = None, pure: bool = False) -> Path:
     """Write ``target`` as ``source`` (a path or a name in ggml_models/) quantised to ``type_name``; the file
-    appears only when complete."""
+    appears only when complete. ``pure`` puts every matrix in that format, the output projection and token
+    embeddings included (llama.cpp otherwise keeps those at higher precision, and on a CPU the 152k-row
+    output projection is a large share of a small drafter's step)."""
     key = type_name.lower()
     if key not in QUANT_TYPES:
         raise UserError(f"unknown quantisation type {type_name!r}; known: {', '.join(QUANT_TYPES)}")
+    if pure and key not in PURE_TENSOR_TYPES:
+        raise UserError(f"--pure needs one of {', '.join(PURE_TENSOR_TYPES)} (got {type_name!r})")
     from relaxtui.models.store import resolve_model
 
     source, target = resolve_model(source), Path(target)
@@ -42,6 +51,9 @@ def quantize(source: str | os.PathLike[str], target: str | os.PathLike[str], typ
     params.nthread = threads or (os.cpu_count() or 1)
     params.ftype = QUANT_TYPES[key]
     params.allow_requantize = True
+    if pure:
+        params.pure = True
+        params.output_tensor_type = params.token_embedding_type = PURE_TENSOR_TYPES[key]
     partial = target.with_name(target.name + ".partial")
     try:
         status = _llama.llama_model_quantize(str(source).encode(), str(partial).encode(), params)

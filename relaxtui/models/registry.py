@@ -64,6 +64,7 @@ class DerivedModel:
     description: str
     source: PackagedModel
     quant_type: str
+    pure: bool = False  # every matrix in quant_type, output projection and token embeddings included
 
 
 DRAFTER_Q4_0 = DerivedModel(
@@ -72,6 +73,15 @@ DRAFTER_Q4_0 = DerivedModel(
     description="Qwen2.5-Coder-0.5B-Instruct re-quantised to Q4_0 (a cheaper drafter, SPEC §6)",
     source=DRAFTER,
     quant_type="q4_0",
+)
+
+DRAFTER_Q4_0_PURE = DerivedModel(
+    file_name="qwen2.5-coder-0.5b-instruct-q4_0-pure.gguf",
+    role="drafter",
+    description="Qwen2.5-Coder-0.5B-Instruct with every tensor Q4_0, output and embeddings too (cheapest drafter)",
+    source=DRAFTER,
+    quant_type="q4_0",
+    pure=True,
 )
 
 MODEL_SETS: dict[str, tuple[PackagedModel | DerivedModel, ...]] = {

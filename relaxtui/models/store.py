@@ -71,7 +71,7 @@ def _expected_stamp(model: PackagedModel | DerivedModel) -> str:
     """What a verified file's stamp records: the pinned sha256, or for a derived file its recipe."""
     if isinstance(model, PackagedModel):
         return model.sha256
-    return f"{model.source.sha256}>{model.quant_type}"
+    return f"{model.source.sha256}>{model.quant_type}{'+pure' if model.pure else ''}"
 
 
 def _is_verified(path: Path, model: PackagedModel | DerivedModel) -> bool:
@@ -198,7 +198,7 @@ def _build(model: PackagedModel | DerivedModel, cached: Path, fetch: Fetch | Non
         progress(f"{model.file_name}: quantising {model.source.file_name} to {model.quant_type}")
     from relaxtui.models.quantize import quantize
 
-    quantize(source, cached, model.quant_type)
+    quantize(source, cached, model.quant_type, pure=model.pure)
     _write_stamp(cached, model)
 
 
@@ -230,7 +230,8 @@ def _packaged_sources() -> dict[str, str]:
                 count = f"..{len(model.packages)}" if len(model.packages) > 1 else ""
                 sources[model.file_name] = f"pypi:{first}{count}=={version}"
             else:
-                sources[model.file_name] = f"{model.quant_type} of {model.source.file_name}"
+                recipe = f"{model.quant_type}{' (pure)' if model.pure else ''}"
+                sources[model.file_name] = f"{recipe} of {model.source.file_name}"
     return sources
 
 

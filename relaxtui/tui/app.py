@@ -27,10 +27,11 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message as TextualMessage
 from textual.widgets import Footer, Header, Input, LoadingIndicator, Static
 
+from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.events import Event, Finished, Metrics, TokenEvent
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
-from relaxtui.tui.engine import ChatEngine, ChatSettings, CostInfo
+from relaxtui.tui.engine import ChatEngine, ChatSettings
 from relaxtui.tui.save import save_transcript
 from relaxtui.tui.widgets.inspector import InspectorPanel
 from relaxtui.tui.widgets.settings import SettingsPanel
@@ -78,7 +79,7 @@ class RelaxApp(App[None]):
 
     @dataclass
     class Loaded(TextualMessage):
-        cost: CostInfo
+        cost: LoopCosts
         drafters: list[str]  # found in the worker: listing reads every GGUF header, too slow for the UI thread
 
     @dataclass

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import Drafter, ModelDrafter
 from relaxtui.decoding.events import Event
@@ -56,21 +57,14 @@ class ChatSettings:
         return rule, config
 
 
-@dataclass(frozen=True)
-class CostInfo:
-    """Measured at load: single-step times, c_rel and the verify-cost curve, for the modelled speed-up."""
+CALIBRATED_MAX_DRAFT = 4  # calibrated at load up to this N; larger N continue the measured curves linearly
 
-    verifier_step_s: float
-    drafter_step_s: float
-    v: tuple[float, ...]
 
-    @property
-    def c_rel(self) -> float:
-        return self.drafter_step_s / self.verifier_step_s if self.verifier_step_s else 0.0
-
-    @property
-    def baseline_tokens_per_s(self) -> float:
-        return 1.0 / self.verifier_step_s if self.verifier_step_s else 0.0
+def fake_costs(step_s: float = 0.1, c_rel: float = 0.3) -> LoopCosts:
+    """Round costs of a CPU-like machine (verify block grows 0.4 step per token) for the fake engine."""
+    verify = tuple(step_s * (1.0 + 0.4 * k) for k in range(9))
+    draft = tuple(step_s * c_rel * n for n in range(1, 9))
+    return LoopCosts(verify, draft, 0.0, 0.0, step_s, step_s * c_rel)
 
 
 class ChatEngine:
@@ -85,10 +79,10 @@ class ChatEngine:
     supports_thinking: bool = False
     lock: threading.Lock
 
-    def load(self, progress: Callable[[str], None]) -> CostInfo:
+    def load(self, progress: Callable[[str], None]) -> LoopCosts:
         raise NotImplementedError
 
-    def set_drafter(self, name: str, progress: Callable[[str], None]) -> CostInfo:
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
         raise NotImplementedError
 
     def drafter_choices(self) -> list[str]:
@@ -127,7 +121,7 @@ class LlamaChatEngine(ChatEngine):
         self.drafter = None
         self.drafter_name = options.drafter or NO_DRAFTER
 
-    def load(self, progress: Callable[[str], None]) -> CostInfo:
+    def load(self, progress: Callable[[str], None]) -> LoopCosts:
         """Load the pair (once: an app started on an engine that is already loaded reuses its models)."""
         from relaxtui.session import chat_template, load_pair
 
@@ -140,15 +134,14 @@ class LlamaChatEngine(ChatEngine):
         self.supports_thinking = self.template.supports_thinking
         return self._measure(progress)
 
-    def _measure(self, progress: Callable[[str], None]) -> CostInfo:
-        from relaxtui.costmodel.measure import step_time, verify_curve
+    def _measure(self, progress: Callable[[str], None]) -> LoopCosts:
+        """This machine's round costs (a few seconds), for the live predicted speed-up and break-even line."""
+        from relaxtui.costmodel.calibrate import calibrate
 
-        progress("measuring step times and v(k)…")
-        verifier_step = step_time(self.verifier, repeats=3, warmup=1)
-        model = getattr(self.drafter, "model", None)
-        drafter_step = step_time(model, repeats=3, warmup=1) if model is not None else 0.0
-        curve = verify_curve(self.verifier, 9, repeats=2)
-        return CostInfo(verifier_step, drafter_step, tuple(curve))
+        progress("timing this machine's round costs…")
+        drafter = self.drafter if isinstance(self.drafter, ModelDrafter) else None
+        return calibrate(self.verifier, drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(),
+                         repeats=2)
 
     def drafter_choices(self) -> list[str]:
         from relaxtui.models.store import list_models
@@ -156,7 +149,7 @@ class LlamaChatEngine(ChatEngine):
         names = [info.path.name for info in list_models() if info.vocab_size == self.verifier.n_vocab]
         return [NO_DRAFTER, NGRAM, *names]
 
-    def set_drafter(self, name: str, progress: Callable[[str], None]) -> CostInfo:
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
         from relaxtui.decoding.vocab import check_vocab
         from relaxtui.engine.llama import LlamaModel
         from relaxtui.models.store import resolve_model
@@ -233,14 +226,14 @@ class FakeChatEngine(ChatEngine):
         self.step_s = step_s
         self.lock = threading.Lock()
 
-    def load(self, progress: Callable[[str], None]) -> CostInfo:
+    def load(self, progress: Callable[[str], None]) -> LoopCosts:
         progress("loading fake models…")
-        return CostInfo(0.1, 0.03, (1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4, 3.8, 4.2))
+        return fake_costs(self.step_s)  # the same step the fake rounds report, so measured and model agree
 
     def drafter_choices(self) -> list[str]:
         return [NO_DRAFTER, NGRAM, "fake-drafter"]
 
-    def set_drafter(self, name: str, progress: Callable[[str], None]) -> CostInfo:
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
         self.drafter = {NO_DRAFTER: None, NGRAM: NgramDrafter(self.verifier.n_vocab)}.get(
             name, ModelDrafter(self._draft_model, self.verifier.n_vocab))
         self.drafter_name = name

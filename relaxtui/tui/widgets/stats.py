@@ -11,10 +11,10 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Label
 
-from relaxtui.costmodel.model import predicted_speedup
+from relaxtui.costmodel.auto import break_even_length, priced_speedup
+from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.events import Metrics, TokenEvent
-from relaxtui.tui.engine import CostInfo
 
 LEVELS = " ▁▂▃▄▅▆▇█"
 
@@ -45,7 +45,7 @@ class StatsPanel(Vertical):
         super().__init__(**kwargs)
         self.counters = RoundCounters(0)
         self.tokens = 0
-        self.cost: CostInfo | None = None
+        self.cost: LoopCosts | None = None
         self._last_round = -1
         self.draft_max = 0
         self.final_tokens_per_s: float | None = None
@@ -80,7 +80,7 @@ class StatsPanel(Vertical):
         self.final_tokens_per_s = metrics.tokens_per_s
         self.show()
 
-    def set_cost(self, cost: CostInfo) -> None:
+    def set_cost(self, cost: LoopCosts) -> None:
         self.cost = cost
         self.show()
 
@@ -94,11 +94,15 @@ class StatsPanel(Vertical):
         ]
         if self.cost is None:
             return lines + [f"{tps:.1f} tok/s"]
-        measured = tps / self.cost.baseline_tokens_per_s if self.cost.baseline_tokens_per_s and tps else 0.0
-        modelled = predicted_speedup(c.mean_accepted_length - 1, max(self.draft_max, 1), self.cost.c_rel,
-                                     self.cost.v) if c.rounds and self.draft_max else 1.0
-        return lines + [f"{tps:.1f} tok/s  c_rel {self.cost.c_rel:.2f}",
-                        f"speed-up {measured:.2f}x (model {modelled:.2f}x)"]
+        cost = self.cost
+        measured = tps * cost.ar_step_s if tps else 0.0
+        priced = c.rounds and self.tokens
+        modelled = priced_speedup(cost, c.draft_lengths, c.full_rounds, self.tokens) if priced else 1.0
+        lines += [f"{tps:.1f} tok/s  c_rel {cost.c_rel:.2f}", f"speed-up {measured:.2f}x (model {modelled:.2f}x)"]
+        n = max(c.draft_lengths, default=0)
+        if n and c.rounds and (modelled < 1.0 or measured < 1.0):  # the chat drafts anyway: say what it costs
+            lines += ["slower than verifier alone:", f"N={n} needs mean length {break_even_length(cost, n):.2f}"]
+        return lines
 
     def show(self) -> None:
         if not self.is_mounted:

@@ -1,0 +1,200 @@
+"""What each part of a speculative round costs on this machine, timed with the loop's own functions.
+
+llama_decode is most of a round, not all of it: the drafter re-syncs on the accepted tokens (two tokens after a
+fully accepted round), every drafted token is processed (softmax, top-k/top-p) and drawn, every verified
+position goes through the rule and a draw, every emitted token is detokenised and wrapped in an event. A model
+that prices only decodes over-predicts the speed-up (0.98x predicted against 0.79x measured on a 2-core EPYC).
+Each part here is timed by calling the functions the loop calls, on real logits, so the priced round is the
+round the loop runs; bench checks the prediction against measured runs side by side.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from relaxtui.costmodel.profiles import CostProfile
+from relaxtui.decoding.acceptance import Emitted, accept_round
+from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.events import RoundTiming, Verdict
+from relaxtui.decoding.loop import _event
+from relaxtui.decoding.sampling import SamplingParams, process
+from relaxtui.engine.text import StreamDecoder
+from relaxtui.rules import Rule
+from relaxtui.rules.strict import Strict
+
+DEFAULT_CONTEXT = tuple(range(100, 132))  # 32 ordinary token ids: a short, warm context
+
+
+def typical_context(prompt: Sequence[int], max_tokens: int) -> list[int]:
+    """A context as long as a generation's average one (the prompt plus half the budget), made of the prompt's
+    own tokens: attention and cache costs grow with it, so a 32-token toy context under-prices real rounds."""
+    length = len(prompt) + max_tokens // 2
+    return (list(prompt) * (length // max(len(prompt), 1) + 1))[:length]
+
+
+@dataclass(frozen=True)
+class LoopCosts:
+    """Seconds per part of the loop, for one verifier/drafter pair and sampling setting on this machine."""
+
+    verify_s: tuple[float, ...]  # block of k = 1..K tokens: decode k rows, accept the k-1 drafts, draw, roll back
+    draft_s: tuple[float, ...]  # drafting n = 1..K-1 tokens in one round: re-sync, n-1 more steps, n draws
+    resync_extra_s: float  # a fully accepted round makes the next re-sync decode 2 tokens instead of 1
+    emit_s: float  # per emitted token: end-of-generation check, detokenisation, the event
+    verifier_decode_s: float  # one raw verifier decode: SPEC §3's c_rel and v(k) are defined on these
+    drafter_decode_s: float
+
+    @property
+    def ar_step_s(self) -> float:
+        """One verifier-alone token: a one-token verify block plus its emission."""
+        return self.verify_s[0] + self.emit_s
+
+    @property
+    def draft_step_s(self) -> float:
+        """The marginal cost of one more drafted token (slope of draft_s)."""
+        if len(self.draft_s) >= 2:
+            return max(0.0, (self.draft_s[-1] - self.draft_s[0]) / (len(self.draft_s) - 1))
+        return self.draft_s[0] if self.draft_s else 0.0
+
+    @property
+    def c_rel(self) -> float:
+        return self.drafter_decode_s / self.verifier_decode_s if self.verifier_decode_s else 0.0
+
+    @property
+    def max_block(self) -> int:
+        return len(self.verify_s)
+
+    def round_s(self, drafts: int) -> float:
+        """One round that verified ``drafts`` tokens (0 = a verifier-only step), emission not included. Past
+        the calibrated sizes both curves continue linearly from their last two points."""
+        if drafts == 0:
+            return self.verify_s[0]
+        return _extend(self.verify_s, drafts) + _extend(self.draft_s, drafts - 1)
+
+    def profile(self, name: str, *, verifier: str, drafter: str, hardware: str) -> CostProfile:
+        """This machine as a cost profile: the verify block and drafter step the paper's formula prices, plus
+        the costs it has no term for (per drafting round, re-sync, emission)."""
+        step = self.draft_step_s
+        first = self.draft_s[0] if self.draft_s else 0.0
+        return CostProfile(
+            name=name, hardware=hardware, verifier=verifier, drafter=drafter,
+            verifier_ar_ms=self.verify_s[0] * 1e3, drafter_ms=step * 1e3,
+            verify_ms={k: s * 1e3 for k, s in enumerate(self.verify_s, start=1)}, pricing="measured",
+            source="relaxtui calibration: the loop's own functions timed on this machine",
+            draft_round_ms=max(0.0, first - step) * 1e3, resync_ms=self.resync_extra_s * 1e3,
+            emit_ms=self.emit_s * 1e3)
+
+
+def _extend(curve: Sequence[float], index: int) -> float:
+    """curve[index], or its linear continuation past the end."""
+    if index < len(curve):
+        return curve[index]
+    if not curve:
+        return 0.0
+    slope = curve[-1] - curve[-2] if len(curve) >= 2 else curve[-1]
+    return curve[-1] + slope * (index - len(curve) + 1)
+
+
+def _interleaved_medians(actions: Sequence[Callable[[], object]], repeats: int) -> list[float]:
+    """Median seconds of each action, timed round-robin (a, b, c, a, b, c, …) so that a machine that slows down
+    or speeds up mid-calibration shifts every action alike and their ratios stay fair."""
+    times: list[list[float]] = [[] for _ in actions]
+    for _ in range(repeats):
+        for index, action in enumerate(actions):
+            started = time.perf_counter()
+            action()
+            times[index].append(time.perf_counter() - started)
+    return [statistics.median(t) for t in times]
+
+
+def _verify_block(verifier: Backend, k: int, sampling: SamplingParams, rule: Rule,
+                  rng: np.random.Generator) -> None:
+    """Decode a k-token block, accept its k-1 drafts as the loop would, roll back."""
+    base = verifier.n_past
+    block = list(verifier.cached_tokens[-k:])  # real, distinct tokens, as a draft block would be
+    logits = verifier.decode(block, logits_rows=range(k))
+    drafts = [int(np.argmax(row)) for row in logits[: k - 1]]  # likely accepted: the costly path
+    probs = np.stack([process(row, sampling) for row in logits[: k - 1]]) if k > 1 else np.empty((0, 0))
+    accept_round(drafts, probs, logits[: k - 1] if k > 1 else None, logits, rule, sampling, rng)
+    verifier.rollback(base)
+
+
+def _emit_seconds(verifier: Backend, tokens: Sequence[int], repeats: int = 200) -> float:
+    decoder = StreamDecoder()
+    timing = RoundTiming(0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+    item = Emitted(tokens[0], Verdict.VERIFIER, 0, 0.5, None, 0.5, None, ())
+    started = time.perf_counter()
+    for index in range(repeats):
+        token = tokens[index % len(tokens)]
+        verifier.is_eog(token)
+        text = decoder.push(verifier.token_piece(token))
+        _event(index, item, text, timing, 0)
+    return (time.perf_counter() - started) / repeats
+
+
+def calibrate(verifier: Backend, drafter: ModelDrafter | None, *, max_block: int, sampling: SamplingParams,
+              rule: Rule | None = None, context: Sequence[int] = DEFAULT_CONTEXT, repeats: int = 5,
+              seed: int = 0) -> LoopCosts:
+    """Time every part of a round for blocks of 1..max_block tokens (drafts of 0..max_block-1). Leaves both
+    caches empty, as a fresh generation expects (its prefill decodes the prompt again)."""
+    rule = rule or Strict()
+    rng = np.random.default_rng(seed)
+    room = min(verifier.n_ctx, drafter.model.n_ctx if drafter is not None else verifier.n_ctx) - max_block - 4
+    context = list(context)[-max(room, 2):]  # a small --ctx-size still calibrates (on a shorter context)
+    verifier.reset()
+    verifier.decode(context)
+    model = drafter.model if drafter is not None else None
+    extended = [*context, context[0], context[1]]
+
+    def verify(k: int) -> Callable[[], None]:
+        return lambda: _verify_block(verifier, k, sampling, rule, rng)
+
+    def single_verifier() -> None:
+        verifier.decode([context[-1]], logits_rows=[0])
+        verifier.rollback(len(context))
+
+    def draft(n: int) -> Callable[[], object]:
+        # the cache holds the context (and the last draft): a round's re-sync decodes one token, as after a
+        # rejection; then n - 1 more steps
+        return lambda: drafter.draft(context, n, sampling, rng)  # type: ignore[union-attr]
+
+    def resync_two() -> None:
+        model.rollback(len(context))  # type: ignore[union-attr]  # holds the context, not the 2 tokens after it
+        drafter.draft(extended, 1, sampling, rng)  # type: ignore[union-attr]
+
+    def single_drafter() -> None:
+        model.rollback(len(context) - 1)  # type: ignore[union-attr]
+        model.decode([context[-1]], logits_rows=[0])  # type: ignore[union-attr]
+
+    # Named actions, timed round-robin in the order a round runs them (draft n, then verify n + 1): the two
+    # models' weights and buffers evict each other from the caches as they do in the loop.
+    named: list[tuple[str, Callable[[], object]]] = [("verify1", verify(1)), ("single_verifier", single_verifier)]
+    if drafter is not None:
+        model.reset()  # type: ignore[union-attr]
+        drafter.draft(context, 1, sampling, rng)  # prefill the drafter's cache
+        named += [("one", draft(1)), ("resync", resync_two), ("single_drafter", single_drafter)]
+    for n in range(1, max_block):
+        if drafter is not None:
+            named.append((f"draft{n}", draft(n)))
+        named.append((f"verify{n + 1}", verify(n + 1)))
+    for _, action in named:  # warm-up: the first decode of each size allocates buffers
+        action()
+    medians = dict(zip((name for name, _ in named), _interleaved_medians([a for _, a in named], repeats),
+                       strict=True))
+    emit = _emit_seconds(verifier, context)
+    verifier.reset()
+    verify_s = tuple(medians[f"verify{k}"] for k in range(1, max_block + 1))
+    draft_s: tuple[float, ...] = (0.0,) * (max_block - 1)  # a drafter with no model (n-gram) costs ~nothing
+    resync = drafter_single = 0.0
+    if drafter is not None:
+        draft_s = tuple(medians[f"draft{n}"] for n in range(1, max_block))
+        resync = max(0.0, medians["resync"] - medians["one"])
+        drafter_single = medians["single_drafter"]
+        model.reset()  # type: ignore[union-attr]
+    single = medians["single_verifier"]
+    return LoopCosts(verify_s, draft_s, resync, emit, single, drafter_single)

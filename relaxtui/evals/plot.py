@@ -1,0 +1,116 @@
+"""The capability-vs-speed plot: one panel per cost profile (or the measured speed-up when no profile is given).
+
+x is the speed-up, y the accuracy; each config's error bar is its paired 95% interval against its reference
+(strict at the same N, else the verifier alone), drawn around its own accuracy. Labels are placed by a small
+greedy search over offsets so that no two labels, and no label and point, overlap — a plot where two configs
+land on the same spot still reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from relaxtui.evals.report import ConfigSummary, pareto_front, profile_names
+
+# candidate label offsets in points, nearest first: right, above, left, below, then diagonals, then further out
+_OFFSETS = [(dx * r, dy * r) for r in (1, 2, 3, 4, 6)
+            for dx, dy in ((6, 4), (6, -10), (-6, 4), (-6, -10), (0, 10), (0, -16), (10, 0), (-10, 0))]
+
+
+def panels(summaries: Sequence[ConfigSummary]) -> list[tuple[str, dict[str, float]]]:
+    """(title, {label: x}) per panel: the length-adjusted proxy speed-up per profile when available, else
+    the proxy; with no profile, the measured speed-up."""
+    result = []
+    for name in profile_names(summaries):
+        adjusted = all(s.length_adjusted.get(name) is not None for s in summaries)
+        values = {s.label: (s.length_adjusted[name] if adjusted else s.proxy[name]) for s in summaries}
+        kind = "length-adjusted proxy speed-up" if adjusted else "proxy speed-up"
+        result.append((f"{kind}, profile {name}", values))
+    if not result:
+        measured = {s.label: s.speedup for s in summaries if s.speedup is not None}
+        if measured:
+            result.append(("measured speed-up vs verifier alone (tokens/s, geometric mean of pairs)", measured))
+    return result
+
+
+def place_labels(axes, points: list[tuple[float, float, str]], renderer) -> list:  # type: ignore[no-untyped-def]
+    """Annotate each point with its label at the first offset whose box overlaps no earlier label and no point;
+    returns the annotations (their boxes are pairwise disjoint when some free offset existed)."""
+    taken = []
+    point_boxes = []
+    for x, y, _ in points:
+        px, py = axes.transData.transform((x, y))
+        point_boxes.append((px - 4, py - 4, px + 4, py + 4))
+    annotations = []
+    for x, y, label in sorted(points, key=lambda p: (-p[1], p[0])):
+        chosen = None
+        for dx, dy in _OFFSETS:
+            note = axes.annotate(label, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7,
+                                 ha="left" if dx >= 0 else "right")
+            box = note.get_window_extent(renderer)
+            bounds = (box.x0, box.y0, box.x1, box.y1)
+            clash = any(_overlap(bounds, other) for other in taken + point_boxes)
+            if not clash:
+                chosen = note
+                taken.append(bounds)
+                break
+            note.remove()
+        if chosen is None:  # crowded: fall back to the farthest offset (still drawn, flagged by the test)
+            chosen = axes.annotate(label, (x, y), textcoords="offset points", xytext=_OFFSETS[-1], fontsize=7)
+            box = chosen.get_window_extent(renderer)
+            taken.append((box.x0, box.y0, box.x1, box.y1))
+        annotations.append(chosen)
+    return annotations
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
+    """Write the PNG; False when there is nothing to place on an x axis (no baseline and no profile)."""
+    layout = panels(summaries)
+    if not layout:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes_list = plt.subplots(1, len(layout), figsize=(7.5 * len(layout), 5.8), dpi=120, squeeze=False)
+    labelled = []
+    for axes, (panel_title, xs) in zip(axes_list[0], layout, strict=True):
+        placed = [s for s in summaries if xs.get(s.label) is not None]
+        for s in placed:
+            style = dict(marker="s", color="black", s=70) if s.is_baseline else (
+                dict(marker="*", color="tab:green", s=160) if s.is_strict else dict(marker="o", color="tab:blue", s=45))
+            x, y = xs[s.label], 100 * s.accuracy
+            axes.scatter(x, y, zorder=3, **style)
+            if s.delta is not None and not math.isnan(s.delta.interval.half_width):
+                axes.errorbar(x, y, yerr=100 * s.delta.interval.half_width, color="grey", alpha=0.5, zorder=2,
+                              capsize=3)
+        front = pareto_front([(xs[s.label], 100 * s.accuracy) for s in placed])
+        axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="tab:red", label="Pareto front", zorder=1)
+        axes.scatter([], [], marker="s", color="black", label="verifier alone")
+        axes.scatter([], [], marker="*", color="tab:green", s=120, label="strict")
+        axes.scatter([], [], marker="o", color="tab:blue", label="relaxed")
+        axes.axvline(1.0, color="black", linewidth=0.6, alpha=0.5)
+        axes.set_xlabel(panel_title, fontsize=8)
+        axes.set_ylabel("accuracy (%) ± paired 95% interval vs reference")
+        axes.set_ylim(-3, 103)
+        low, high = min(xs[s.label] for s in placed), max(xs[s.label] for s in placed)
+        axes.set_xlim(min(low, 1.0) - 0.15 * max(high - low, 0.2), max(high, 1.0) + 0.45 * max(high - low, 0.2))
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7, loc="lower left")
+        labelled.append((axes, [(xs[s.label], 100 * s.accuracy, s.label) for s in placed]))
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.canvas.draw()  # labels last: data-to-pixel transforms are final only after layout and a draw
+    renderer = figure.canvas.get_renderer()
+    for axes, points in labelled:
+        place_labels(axes, points, renderer)
+    figure.savefig(path)
+    plt.close(figure)
+    return True

@@ -1,0 +1,154 @@
+"""Eval reports from constructed records: paired evidence, proxy speed-ups per profile, the JSON contract, plots."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from relaxtui.cli import main
+from relaxtui.costmodel.profiles import SHIPPED, CostProfile
+from relaxtui.evals.report import summarise
+from relaxtui.evals.results import ResultsStore
+from relaxtui.evals.stats import paired_difference, problems_to_resolve, t_quantile_975
+
+
+def record(config: str, rule, n: int, problem: str, seed: int, correct: bool, *, tokens: int = 10,
+           tps: float = 10.0, lengths=None, knob=None, full: int = 0) -> dict:  # type: ignore[no-untyped-def]
+    lengths = lengths if lengths is not None else ([n] * 4 if n else [0] * tokens)
+    label = "no-spec" if rule is None else f"{rule}{'' if knob is None else f'({knob:g})'} N={n}"
+    return {"config_id": config, "config": {"rule": rule, "knob": knob, "draft_max": n, "label": label},
+            "problem_id": problem, "seed": seed, "correct": correct, "output_tokens": tokens, "tokens_per_s": tps,
+            "decode_s": tokens / tps, "truncated": False, "degenerate": False, "rounds": len(lengths),
+            "drafted": sum(lengths), "accepted": sum(lengths) // 2, "draft_lengths": lengths,
+            "extra_draft_steps": 0, "full_accept_rounds": full}
+
+
+def test_paired_interval_with_a_known_answer():
+    config = {("p1", 0): 1.0, ("p2", 0): 1.0, ("p3", 0): 0.0, ("p4", 0): 1.0}
+    reference = {("p1", 0): 1.0, ("p2", 0): 0.0, ("p3", 0): 0.0, ("p4", 0): 0.0, ("p5", 0): 1.0}
+    diff = paired_difference(config, reference)
+    # differences 0, 1, 0, 1: mean 0.5, sd sqrt(1/3), t(3) = 3.182; p5 has no partner
+    half = 3.182 * math.sqrt(1 / 3) / 2
+    assert (diff.pairs, diff.wins, diff.losses) == (4, 2, 0)
+    assert diff.interval.mean == pytest.approx(0.5)
+    assert (diff.interval.low, diff.interval.high) == pytest.approx((0.5 - half, 0.5 + half))
+
+
+def test_paired_interval_averages_seeds_within_a_problem_first():
+    config = {("a", 0): 1.0, ("a", 1): 0.0, ("b", 0): 1.0, ("b", 1): 1.0, ("c", 0): 0.0, ("c", 1): 0.0}
+    reference = {key: 0.0 for key in config}
+    diff = paired_difference(config, reference)
+    # per-problem means 0.5, 1, 0 (three units, not six pairs): t with 2 degrees of freedom
+    assert diff.interval.n == 3 and diff.pairs == 6
+    assert diff.interval.half_width == pytest.approx(4.303 * 0.5 / math.sqrt(3))
+
+
+def test_t_quantiles_and_the_problems_needed_to_resolve_a_drop():
+    assert t_quantile_975(1) == 12.706 and t_quantile_975(1000) == pytest.approx(1.962, abs=1e-3)
+    diff = paired_difference({(f"p{i}", 0): float(i % 4 == 0) for i in range(8)},
+                             {(f"p{i}", 0): float(i % 4 == 1) for i in range(8)})
+    assert diff.interval.mean == pytest.approx(0.0)
+    needed = problems_to_resolve(diff, 0.05)
+    half = t_quantile_975(needed - 1) * diff.interval.sd / math.sqrt(needed)
+    assert needed > 8 and half <= 0.05 and t_quantile_975(needed - 2) * diff.interval.sd / math.sqrt(needed - 1) > 0.05
+    worse = paired_difference({("p", 0): 0.0, ("q", 0): 0.0}, {("p", 0): 1.0, ("q", 0): 1.0})
+    assert problems_to_resolve(worse, 0.05) is None  # the estimate itself is past the drop: more data won't help
+
+
+def constructed_run() -> list[dict]:
+    rows = []
+    for p, problem in enumerate(["p1", "p2", "p3", "p4"]):
+        rows.append(record("base", None, 0, problem, 0, p < 2, tokens=100, tps=10.0))
+        rows.append(record("strict3", "strict", 3, problem, 0, p < 2, tokens=100, tps=9.0, lengths=[3] * 25))
+        rows.append(record("cactus3", "cactus", 3, problem, 0, p < 3, tokens=120, tps=12.0, lengths=[3] * 24 + [1],
+                           knob=1.0))
+    return rows
+
+
+def test_summary_references_speed_ups_and_proxy_by_hand():
+    profile = CostProfile("unit", "", "", "", 10.0, 2.0, {1: 10.0, 2: 12.0, 4: 16.0})
+    summaries = {s.label: s for s in summarise(constructed_run(), [profile])}
+    base, strict, cactus = summaries["no-spec"], summaries["strict N=3"], summaries["cactus(1) N=3"]
+    assert strict.reference == "no-spec" and cactus.reference == "strict N=3" and base.reference is None
+    assert strict.delta.interval.mean == 0 and (cactus.delta.wins, cactus.delta.losses) == (1, 0)
+    assert strict.measured_speedup.mean == pytest.approx(0.9)  # every pair 9 vs 10 tokens/s
+    # proxy: 4 x 100 tokens x 10 ms over 4 x 25 rounds of (t_V(4) + 3 t_D) = 16 + 6 ms
+    assert strict.proxy["unit"] == pytest.approx(4000 / (100 * 22))
+    cactus_cost = 4 * (24 * 22 + (12 + 2))
+    assert cactus.proxy["unit"] == pytest.approx(4800 / cactus_cost)
+    assert cactus.length_adjusted["unit"] == pytest.approx(cactus.proxy["unit"] / 1.2)  # 120 vs 100 tokens
+
+
+@pytest.fixture
+def run_folder(tmp_path):
+    store = ResultsStore(tmp_path / "run")
+    store.open_run({"task": "aime", "verifier": "v.gguf", "drafter": "d.gguf", "temperature": 0.6})
+    for row in constructed_run():
+        store.append(row)
+    return tmp_path / "run"
+
+
+def test_report_json_contract(capsys, run_folder):
+    assert main(["eval", "report", str(run_folder), "--profile", "paper-gb200", "--profile",
+                 "paper-gb200-optimistic", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["config"] for line in lines] == ["no-spec", "strict N=3", "cactus(1) N=3"]
+    for line in lines:
+        for key in ("config", "rule", "knob", "draft_max", "samples", "accuracy", "proxy_speedup",
+                    "length_adjusted_speedup", "delta_accuracy", "delta_ci95", "pairs"):
+            assert key in line, key
+        assert set(line["proxy_speedup"]) == {"paper-gb200", "paper-gb200-optimistic"}
+    cactus = lines[2]
+    assert cactus["pairs"] == 4 and cactus["delta_accuracy"] == pytest.approx(0.25) and len(cactus["delta_ci95"]) == 2
+    optimistic = SHIPPED["paper-gb200-optimistic"]
+    assert cactus["proxy_speedup"]["paper-gb200-optimistic"] == pytest.approx(
+        480 * 12.448 / (4 * (24 * (12.448 + 3 * 3.929) + 12.448 + 3.929)))
+    assert optimistic.round_cost_ms(1) == pytest.approx(12.448 + 3.929)
+    for name in ("summary.csv", "summary.md", "pareto.png"):
+        assert (run_folder / name).exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--profile", "gb300"], "unknown cost profile 'gb300'"),
+    (["--profile", "{folder}/broken.json"], "not a valid JSON cost profile"),
+    (["--profile", "{folder}/short.json"], "has no verify cost for a block of k=4 tokens (3 drafts)"),
+])
+def test_report_bad_profiles_are_one_line(capsys, run_folder, argv, message):
+    (run_folder / "broken.json").write_text("{oops")
+    (run_folder / "short.json").write_text(CostProfile("short", "", "", "", 10.0, 1.0, {1: 10.0, 2: 11.0}).to_json())
+    argv = [a.format(folder=run_folder) for a in argv]
+    assert main(["eval", "report", str(run_folder), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_length_adjustment_without_a_verifier_alone_config_is_refused(capsys, tmp_path):
+    store = ResultsStore(tmp_path / "run")
+    store.open_run({"task": "aime", "verifier": "v", "drafter": "d", "temperature": 0.6})
+    store.append(record("strict3", "strict", 3, "p1", 0, True))
+    assert main(["eval", "report", str(tmp_path / "run"), "--length-adjusted"]) == 2
+    assert "needs a verifier-alone config" in capsys.readouterr().err
+
+
+def test_plot_labels_never_overlap():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from relaxtui.evals.plot import place_labels
+
+    figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
+    points = [(1.0 + 0.001 * i, 50.0 + 0.1 * (i % 3), f"config number {i}") for i in range(8)]  # nearly one spot
+    axes.scatter([p[0] for p in points], [p[1] for p in points])
+    axes.set_xlim(0.9, 1.2)
+    axes.set_ylim(0, 100)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    boxes = [note.get_window_extent(renderer) for note in place_labels(axes, points, renderer)]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not (a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1), "labels overlap"
+    plt.close(figure)
