@@ -173,6 +173,21 @@ def test_bench_text_marks_the_best_n(capsys, test_model_path):
     assert "predicted" in out and "break-even" in out
 
 
+def test_bench_says_when_speculation_is_slower_or_when_measurement_and_model_disagree():
+    from relaxtui.commands.bench import slower_line
+    from relaxtui.costmodel.bench import BenchResult, BenchRun
+
+    def result(measured: float, predicted: float) -> BenchResult:
+        run = BenchRun(3, 10.0, measured, predicted, 0.8, 3.2, 4.1, 0.02, 100, best=True)
+        return BenchResult(0.05, 0.02, 0.4, [1.0], {}, 10.0, 0.02, [run], 100.0, "model")
+
+    assert slower_line(result(1.2, 1.1)) is None
+    slower = slower_line(result(0.8, 0.82))
+    assert slower.startswith("speculation is slower than the verifier alone here: best N=3 measured 0.80x")
+    assert "mean accepted length of 4.10 to break even (it reached 3.20)" in slower
+    assert slower_line(result(1.3, 0.8)).startswith("measured and predicted disagree: best N=3 measured 1.30x")
+
+
 def test_bench_refuses_a_profile_that_cannot_price_its_draft_lengths(capsys, tmp_path):
     short = tmp_path / "short.json"
     short.write_text(CostProfile("short", "", "", "", 10.0, 1.0, {1: 10.0, 2: 12.0, 3: 13.0}).to_json())

@@ -88,13 +88,18 @@ def hardware_description() -> str:
 
 
 def slower_line(result: BenchResult) -> str | None:
-    """One line when speculation does not beat the verifier alone here, with what it would take."""
+    """One line when speculation does not beat the verifier alone here, with what it would take; or when the
+    measurement and the cost model disagree about it (a busy machine during the run)."""
     best = result.best
     if best.speedup >= 1.0 and best.predicted_speedup >= 1.0:
         return None
+    need = (f"at N={best.n} it would need a mean accepted length of {best.break_even_length:.2f} to break even "
+            f"(it reached {best.mean_accepted_length:.2f})")
+    if best.speedup >= 1.0:
+        return (f"measured and predicted disagree: best N={best.n} measured {best.speedup:.2f}x but the calibrated "
+                f"costs predict {best.predicted_speedup:.2f}x ({need}); was the machine busy? rerun with more --passes")
     return (f"speculation is slower than the verifier alone here: best N={best.n} measured {best.speedup:.2f}x "
-            f"(predicted {best.predicted_speedup:.2f}x); at N={best.n} it would need a mean accepted length of "
-            f"{best.break_even_length:.2f} to break even (it reached {best.mean_accepted_length:.2f})")
+            f"(predicted {best.predicted_speedup:.2f}x); {need}")
 
 
 def render(result: BenchResult, verifier: str, drafter: str) -> str:

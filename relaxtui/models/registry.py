@@ -75,15 +75,6 @@ DRAFTER_Q4_0 = DerivedModel(
     quant_type="q4_0",
 )
 
-DRAFTER_Q4_0_PURE = DerivedModel(
-    file_name="qwen2.5-coder-0.5b-instruct-q4_0-pure.gguf",
-    role="drafter",
-    description="Qwen2.5-Coder-0.5B-Instruct with every tensor Q4_0, output and embeddings too (cheapest drafter)",
-    source=DRAFTER,
-    quant_type="q4_0",
-    pure=True,
-)
-
 MODEL_SETS: dict[str, tuple[PackagedModel | DerivedModel, ...]] = {
     "default": (VERIFIER, DRAFTER, DRAFTER_Q4_0),
     "test": (SMOLLM2,),
