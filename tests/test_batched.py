@@ -161,3 +161,16 @@ def test_greedy_rule_check_applies_to_each_job():
     job = Job([0], GenerationConfig(sampling=SamplingParams(temperature=0.0)), make("rfuzzy", 0.1))
     with pytest.raises(UserError, match="cannot run greedy"):
         list(generate_many(multi(cycle_table(), 2), [job], drafter=ModelDrafter(multi(cycle_table(), 2), VOCAB)))
+
+
+# -- bench --parallel on the fake -----------------------------------------------------------------------------------
+def test_parallel_bench_reports_every_k_and_mode_with_summed_throughput():
+    from relaxtui.costmodel.parallel_bench import run_parallel_bench
+
+    verifier, drafter = multi(cycle_table(), 4), ModelDrafter(multi(cycle_table(), 4), VOCAB)
+    runs = run_parallel_bench(verifier, drafter, [[0], [3, 4]], ks=[1, 2, 4], draft_max=2, max_tokens=5, passes=2)
+    assert [(r.k, r.mode, r.draft_max) for r in runs] == [(k, m, 2 if m == "strict" else 0) for k in (1, 2, 4)
+                                                          for m in ("no-spec", "strict")]
+    for r in runs:
+        assert r.output_tokens == 2 * 5 * r.k and r.tokens_per_s > 0 and r.per_sequence_tokens_per_s > 0
+    assert runs[0].speedup_vs_k1 == 1.0 and runs[1].spec_vs_no_spec > 0 and runs[1].acceptance_rate == 1.0
