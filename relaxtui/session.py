@@ -12,6 +12,7 @@ from pathlib import Path
 from relaxtui.decoding.drafters import Drafter, ModelDrafter
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.vocab import check_vocab
+from relaxtui.engine.capacity import check_parallel
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.engine.text import ChatTemplate, Message
 from relaxtui.errors import UserError
@@ -32,6 +33,7 @@ class ModelOptions:
     ngram_min: int = 1
     ngram_max: int = 3
     draft_p_min: float = 0.0
+    parallel: int = 1  # sequences per context (K): --parallel; ctx_size is per sequence
 
     def __post_init__(self) -> None:
         if self.draft_kind not in DRAFT_KINDS:
@@ -42,6 +44,8 @@ class ModelOptions:
             raise UserError(f"--ctx-size must be at least 16 (got {self.ctx_size})")
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be >= 1 (got {self.threads})")
+        if self.parallel < 1:
+            raise UserError(f"--parallel must be >= 1 (got {self.parallel})")
         if self.gpu_layers < -1:
             raise UserError(f"--gpu-layers must be >= -1, -1 = all (got {self.gpu_layers})")
 
@@ -66,7 +70,9 @@ def load_pair(options: ModelOptions) -> LoadedPair:
     use_model = options.drafter is not None and options.draft_kind == "model"
     drafter_path = resolve_model(options.drafter) if use_model else None
     gpu_layers = 10_000 if options.gpu_layers == -1 else options.gpu_layers
-    verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads, n_gpu_layers=gpu_layers)
+    check_parallel(options.parallel, [verifier_path, *([drafter_path] if drafter_path else [])], options.ctx_size)
+    verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads, n_gpu_layers=gpu_layers,
+                          n_seq=options.parallel)
     drafter: Drafter | None = None
     if options.drafter is not None and options.draft_kind == "ngram":
         try:
@@ -77,7 +83,7 @@ def load_pair(options: ModelOptions) -> LoadedPair:
     if drafter_path is not None:
         try:
             draft_model = LlamaModel(drafter_path, n_ctx=options.ctx_size, n_threads=options.threads,
-                                     n_gpu_layers=gpu_layers)
+                                     n_gpu_layers=gpu_layers, n_seq=options.parallel)
             check_vocab(verifier, draft_model, names=(verifier_path.name, drafter_path.name))
         except BaseException:
             verifier.close()

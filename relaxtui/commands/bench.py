@@ -12,6 +12,7 @@ from relaxtui.commands.common import model_options, sampling
 from relaxtui.costmodel.bench import BENCH_PROMPTS, BenchResult, run_bench
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.costmodel.profiles import load_profile
+from relaxtui.decoding.loop import GenerationConfig
 from relaxtui.errors import UserError
 from relaxtui.session import load_pair, prompt_tokens
 
@@ -31,10 +32,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-profile", type=Path, default=None, metavar="FILE",
                         help="write this machine's cost profile (JSON) for `--profile` elsewhere")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--parallel", type=k_list, default=None, dest="parallel_ks", metavar="K,K,...",
+                        help="instead: summed and per-sequence tokens/s with K sequences per context, the verifier "
+                             "alone and strict at the best N (--ctx-size is per sequence)")
     parser.set_defaults(draft_p_min=0.0)
 
 
+def k_list(text: str) -> list[int]:
+    """``1,2,4,8``: sequence counts to bench."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid --parallel list: {text!r} (e.g. 1,2,4,8)") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.parallel_ks is not None:
+        return run_parallel(args)
     if not 1 <= args.n_max <= MAX_BENCH_DRAFT:
         raise UserError(f"--draft-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
     if not args.prompt and not 1 <= args.prompts <= len(BENCH_PROMPTS):
@@ -70,6 +84,65 @@ def run(args: argparse.Namespace) -> int:
     if args.save_profile is not None and not args.json:
         print(f"wrote this machine's cost profile to {args.save_profile}")
     return 0
+
+
+def run_parallel(args: argparse.Namespace) -> int:
+    """`bench --parallel K,K,...`: the same prompts with K sequences per context, interleaved over K and modes."""
+    from dataclasses import asdict, replace
+
+    from relaxtui.commands.generate import auto_draft_length
+    from relaxtui.costmodel.parallel_bench import run_parallel_bench
+    from relaxtui.rules.strict import Strict
+
+    ks = args.parallel_ks
+    if not ks or any(k < 1 for k in ks):
+        raise UserError(f"--parallel values must be >= 1 (got {','.join(map(str, ks)) or 'nothing'})")
+    if not 1 <= args.n_max <= MAX_BENCH_DRAFT:
+        raise UserError(f"--draft-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
+    if args.max_tokens < 1 or args.passes < 1:
+        raise UserError("--max-tokens and --passes must be >= 1")
+    options = replace(model_options(args), parallel=max(ks))
+    params = sampling(args)
+    pair = load_pair(options)
+    progress = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True)) if not args.json else None
+    try:
+        texts = args.prompt or BENCH_PROMPTS[: args.prompts]
+        prompts = [prompt_tokens(pair.verifier, text) for text in texts]
+        config = GenerationConfig(draft_max=args.n_max, max_tokens=args.max_tokens, sampling=params, seed=args.seed)
+        (progress or (lambda _: None))("choosing the best strict N for one sequence (calibration and a probe)")
+        choice = auto_draft_length(pair, prompts[0], config, Strict())
+        n = min(choice.best_speculative, args.n_max) if choice is not None else 0
+        runs = run_parallel_bench(pair.verifier, pair.drafter if n else None, prompts, ks=sorted(set(ks)),
+                                  draft_max=n, max_tokens=args.max_tokens, sampling=params, seed=args.seed,
+                                  passes=args.passes, progress=progress or (lambda _: None))
+    finally:
+        pair.close()
+    settings = {"prompts": len(prompts), "passes": args.passes, "max_tokens": args.max_tokens,
+                "temperature": params.temperature, "seed": args.seed, "ctx_size": options.ctx_size,
+                "verifier": pair.verifier_path.name,
+                "drafter": pair.drafter_path.name if pair.drafter_path else options.draft_kind}
+    if args.json:
+        print(json.dumps({"parallel": [asdict(r) for r in runs], "settings": settings}))
+    else:
+        print(render_parallel(runs, settings))
+    return 0
+
+
+def render_parallel(runs: list, settings: dict[str, object]) -> str:  # type: ignore[type-arg]
+    lines = [f"{'K':>3} {'mode':>8} {'N':>2} {'tok/s (sum)':>11} {'per seq':>8} {'vs K=1':>7} {'spec/alone':>10} "
+             f"{'accept':>7}"]
+    for r in runs:
+        spec = f"{r.spec_vs_no_spec:9.2f}x" if r.mode == "strict" else f"{'':>10}"
+        accept = f"{r.acceptance_rate:7.3f}" if r.mode == "strict" else f"{'':>7}"
+        lines.append(f"{r.k:>3} {r.mode:>8} {r.draft_max:>2} {r.tokens_per_s:11.2f} {r.per_sequence_tokens_per_s:8.2f} "
+                     f"{r.speedup_vs_k1:6.2f}x {spec} {accept}")
+    alone = [r for r in runs if r.mode == "no-spec"]
+    best = max(alone, key=lambda r: r.tokens_per_s)
+    lines += ["", f"best K for the verifier alone: K={best.k}, {best.speedup_vs_k1:.2f}x its K=1 throughput",
+              "tok/s (sum) = output tokens of all K sequences over decode wall time; per seq = each sequence's own "
+              "rate; spec/alone = strict over the verifier alone at the same K (below 1: speculation adds nothing "
+              "at that K on this machine)", "(" + ", ".join(f"{k}={v}" for k, v in settings.items()) + ")"]
+    return "\n".join(lines)
 
 
 def hardware_description() -> str:

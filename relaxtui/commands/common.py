@@ -34,6 +34,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-layers", "-ngl", type=int, default=0, help="layers to offload (-1 = all)")
 
 
+def add_parallel_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument("--parallel", type=int, default=1, metavar="K",
+                        help="work units run at once, one sequence each in one context per model (--ctx-size is "
+                             "per sequence; default 1)")
+
+
 def add_sampling_options(parser: argparse.ArgumentParser, *, temperature: float = 0.6) -> None:
     group = parser.add_argument_group("sampling (applied to both models)")
     group.add_argument("--temperature", "--temp", type=float, default=temperature,
@@ -61,7 +67,7 @@ def model_options(args: argparse.Namespace, *, speculative: bool = True) -> Mode
     drafter = args.drafter if speculative and str(args.drafter).lower() != "none" else None
     return ModelOptions(args.verifier, drafter, args.ctx_size, args.threads, args.gpu_layers,
                         draft_kind=args.draft_kind, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
-                        draft_p_min=getattr(args, "draft_p_min", 0.0))
+                        draft_p_min=getattr(args, "draft_p_min", 0.0), parallel=getattr(args, "parallel", 1))
 
 
 def sampling(args: argparse.Namespace) -> SamplingParams:

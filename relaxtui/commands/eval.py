@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from relaxtui.commands.bench import hardware_description
-from relaxtui.commands.common import add_draft_options, model_options, sampling
+from relaxtui.commands.common import add_draft_options, add_parallel_option, model_options, sampling
 from relaxtui.costmodel.profiles import CostProfile, load_profile
 from relaxtui.errors import UserError
 from relaxtui.evals.report import json_lines, render_table, summarise, write_reports
 from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records
-from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, SequentialExecutor, run_units
+from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, local_executor, run_units
 from relaxtui.evals.tasks import Sample, Task, get
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="reasoning mode for templates that have one (default: the template's own)")
     run.add_argument("--out", type=Path, default=None, help="results folder (default results/TASK)")
     run.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
+    add_parallel_option(run)
     add_draft_options(parser, with_length=False)
     report = parser.add_argument_group("report (also printed at the end of a run)")
     report.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
 def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPlan, samples: list[Sample],
                   thinking: bool | None, store: ResultsStore) -> tuple[Executor, Callable[[], None]]:
-    """What runs the work units of this run (one local pair, one sequence at a time), and how to release it.
+    """What runs the work units of this run (one local pair, --parallel sequences at a time), and how to release it.
     The first time a run folder is used, this machine's cost profile is measured and saved with it: it is the
     default pricing of `eval report`."""
     from relaxtui.session import load_pair
@@ -119,7 +120,7 @@ def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPla
     except BaseException:
         pair.close()
         raise
-    return SequentialExecutor(pair.verifier, pair.drafter, tokenize), pair.close
+    return local_executor(pair.verifier, pair.drafter, tokenize), pair.close
 
 
 def save_measured_profile(store: ResultsStore, pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> None:

@@ -10,7 +10,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from relaxtui.commands.common import model_options, sampling
+from relaxtui.commands.common import add_parallel_option, model_options, sampling
 from relaxtui.commands.eval import (
     ProgressBar,
     profiles_for_report,
@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="seeds per problem (avg@n)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default results/tune-TASK)")
     parser.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
+    add_parallel_option(parser)
     parser.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
                         help="price speed with this cost profile (repeatable; the first one drives the advice; "
                              "default: this machine, measured at the start)")

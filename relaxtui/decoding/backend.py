@@ -3,11 +3,17 @@
 ``LlamaModel`` satisfies ``Backend``; ``FakeBackend`` does too, with a tiny vocabulary and logits computed
 from the context by a function you give it, so the loop, the TUI and the eval runner run with no weights
 (the role httpx's MockTransport plays). The fake never replaces the real path in tests; it sits beside it.
+
+Many sequences per context (SPEC §8): a ``MultiBackend`` holds ``n_seq`` independent caches, decodes one batch
+that mixes rows of several sequences (``decode_many``) and rolls each back on its own. ``SequenceView`` turns one
+of its sequences back into a plain ``Backend``, so prefill, drafters and calibration run on it unchanged.
+The single-sequence methods (``decode``, ``rollback``, ``n_past``…) act on sequence 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -31,46 +37,136 @@ class Backend(Protocol):
     def token_piece(self, token: int, *, special: bool = False) -> bytes: ...
 
 
+@dataclass(frozen=True, slots=True)
+class SeqDecode:
+    """One sequence's part of a batch: tokens appended at its own position, logits for the rows named
+    (indices into ``tokens``, negative allowed)."""
+
+    seq: int
+    tokens: Sequence[int]
+    logits_rows: Sequence[int] = ()
+
+
+class MultiBackend(Backend, Protocol):
+    n_seq: int
+
+    def tokens_of(self, seq: int) -> Sequence[int]: ...
+    def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]: ...  # one [rows, vocab] per item
+    def rollback_seq(self, seq: int, position: int) -> None: ...
+    def clear_seq(self, seq: int) -> None: ...
+
+
+class SequenceView:
+    """One sequence of a multi-sequence backend, seen as a one-sequence ``Backend``."""
+
+    def __init__(self, model: MultiBackend, seq: int) -> None:
+        if not 0 <= seq < model.n_seq:
+            raise ValueError(f"sequence {seq} outside 0..{model.n_seq - 1}")
+        self.model, self.seq = model, seq
+        self.n_ctx, self.n_vocab = model.n_ctx, model.n_vocab
+
+    @property
+    def n_past(self) -> int:
+        return len(self.model.tokens_of(self.seq))
+
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        return self.model.tokens_of(self.seq)
+
+    @property
+    def decode_seconds(self) -> float:  # shared by every sequence: the context's time inside llama_decode
+        return self.model.decode_seconds
+
+    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
+        return self.model.decode_many([SeqDecode(self.seq, tokens, logits_rows)])[0]
+
+    def rollback(self, position: int) -> None:
+        self.model.rollback_seq(self.seq, position)
+
+    def reset(self) -> None:
+        self.model.clear_seq(self.seq)
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
+
+    def token_piece(self, token: int, *, special: bool = False) -> bytes:
+        return self.model.token_piece(token, special=special)
+
+
+def row_order(n_tokens: int, logits_rows: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(distinct rows in ascending order, where each asked-for row sits in that list): a batch computes each
+    row once, the caller gets them in the order and multiplicity it asked for."""
+    rows = sorted({r % n_tokens for r in logits_rows}) if n_tokens else []
+    return rows, [rows.index(r % n_tokens) for r in logits_rows]
+
+
 LogitsFn = Callable[[tuple[int, ...]], np.ndarray]
 
 
 class FakeBackend:
-    """A deterministic stand-in model: logits = ``logits_fn(context)``; token t renders as ``pieces[t]``."""
+    """A deterministic stand-in model: logits = ``logits_fn(context)``; token t renders as ``pieces[t]``.
+    ``n_seq`` sequences, each with its own cache of ``n_ctx`` tokens (sequence 0 for the one-sequence API)."""
 
     def __init__(self, logits_fn: LogitsFn, n_vocab: int, *, n_ctx: int = 4096, eog: int | None = None,
-                 pieces: Sequence[bytes] | None = None) -> None:
+                 pieces: Sequence[bytes] | None = None, n_seq: int = 1) -> None:
         self.logits_fn = logits_fn
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
+        self.n_seq = n_seq
         self.eog = eog
         self.pieces = list(pieces) if pieces is not None else [f"<{t}>".encode() for t in range(n_vocab)]
-        self.cached: list[int] = []
+        self.caches: list[list[int]] = [[] for _ in range(n_seq)]
         self.decode_seconds = 0.0
         self.decode_calls: list[int] = []  # batch sizes, so tests can check "one verifier batch per round"
+        self.batches: list[tuple[tuple[int, int], ...]] = []  # (seq, tokens) of every batch, in order
+
+    @property
+    def cached(self) -> list[int]:
+        return self.caches[0]
 
     @property
     def n_past(self) -> int:
-        return len(self.cached)
+        return len(self.caches[0])
 
     @property
     def cached_tokens(self) -> Sequence[int]:
-        return self.cached
+        return self.caches[0]
+
+    def tokens_of(self, seq: int) -> Sequence[int]:
+        return self.caches[seq]
 
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
-        if self.n_past + len(tokens) > self.n_ctx:
-            raise ContextFull(self.n_past, len(tokens), self.n_ctx)
-        self.decode_calls.append(len(tokens))
-        start = len(self.cached)
-        self.cached.extend(int(t) for t in tokens)
-        rows = [r % len(tokens) for r in logits_rows]
-        return np.stack([np.asarray(self.logits_fn(tuple(self.cached[: start + r + 1])), dtype=np.float32)
-                         for r in rows]) if rows else np.empty((0, self.n_vocab), np.float32)
+        return self.decode_many([SeqDecode(0, tokens, logits_rows)])[0]
+
+    def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]:
+        for item in items:
+            cached = self.caches[item.seq]
+            if len(cached) + len(item.tokens) > self.n_ctx:
+                raise ContextFull(len(cached), len(item.tokens), self.n_ctx)
+        self.decode_calls.append(sum(len(item.tokens) for item in items))
+        self.batches.append(tuple((item.seq, len(item.tokens)) for item in items))
+        out = []
+        for item in items:
+            cached = self.caches[item.seq]
+            start = len(cached)
+            cached.extend(int(t) for t in item.tokens)
+            rows = [r % len(item.tokens) for r in item.logits_rows]
+            out.append(np.stack([np.asarray(self.logits_fn(tuple(cached[: start + r + 1])), dtype=np.float32)
+                                 for r in rows]) if rows else np.empty((0, self.n_vocab), np.float32))
+        return out
 
     def rollback(self, position: int) -> None:
-        del self.cached[position:]
+        self.rollback_seq(0, position)
+
+    def rollback_seq(self, seq: int, position: int) -> None:
+        del self.caches[seq][position:]
 
     def reset(self) -> None:
-        self.cached.clear()
+        for cache in self.caches:
+            cache.clear()
+
+    def clear_seq(self, seq: int) -> None:
+        self.caches[seq].clear()
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog

@@ -47,6 +47,29 @@ def _confidence(q: np.ndarray, logits: np.ndarray, sampling: SamplingParams) -> 
     return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
 
 
+def fit_vocab(logits: np.ndarray, target_vocab: int) -> np.ndarray:
+    """Drafter and verifier vocabularies may differ by ≤128 padding entries: pad or cut to the target's,
+    with -inf so padded ids are never proposed."""
+    size = logits.shape[-1]
+    if size == target_vocab:
+        return logits
+    if size > target_vocab:
+        return logits[..., :target_vocab]
+    pad = np.full(logits.shape[:-1] + (target_vocab - size,), -np.inf, dtype=logits.dtype)
+    return np.concatenate([logits, pad], axis=-1)
+
+
+def propose(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator,
+            p_min: float = 0.0) -> tuple[int, np.ndarray] | None:
+    """One draft step from the drafter's (fitted) logits: (token, processed q), or None when the drafter's top
+    probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify width).
+    Shared by the one-sequence drafter and the batched loop, so both draw the same way from the same stream."""
+    q = process(logits, sampling)
+    if p_min > 0 and _confidence(q, logits, sampling) < p_min:
+        return None
+    return sample(q, rng), q
+
+
 class ModelDrafter:
     """A GGUF LM sharing the verifier's vocabulary (checked before use by ``check_vocab``)."""
 
@@ -60,47 +83,49 @@ class ModelDrafter:
         self._last_context: list[int] = []
 
     def _fit(self, logits: np.ndarray) -> np.ndarray:
-        """Drafter and verifier vocabularies may differ by ≤128 padding entries: pad or cut to the target's,
-        with -inf so padded ids are never proposed."""
-        size = logits.shape[-1]
-        if size == self.target_vocab:
-            return logits
-        if size > self.target_vocab:
-            return logits[..., : self.target_vocab]
-        pad = np.full(logits.shape[:-1] + (self.target_vocab - size,), -np.inf, dtype=logits.dtype)
-        return np.concatenate([logits, pad], axis=-1)
+        return fit_vocab(logits, self.target_vocab)
 
     def begin(self, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
               should_stop: Callable[[], bool] = lambda: False) -> bool:
         """Prefill everything but the last prompt token (the first draft step decodes it); False if stopped."""
         return prefill(self.model, prompt[:-1], reuse=reuse, should_stop=should_stop)[1]
 
-    def _sync(self, context: Sequence[int]) -> np.ndarray:
-        """Roll back to the common prefix, decode the rest of the context, return the last logits row."""
+    def resync(self, context: Sequence[int]) -> list[int]:
+        """Roll back to the common prefix with ``context``; return the tokens still to decode (at least the
+        last one, whose logits give the first draft position)."""
         keep = min(common_prefix(self.model.cached_tokens, context), len(context) - 1)
         self.model.rollback(keep)
-        logits = self.model.decode(list(context[keep:]), logits_rows=[-1])[0]
-        return self._fit(logits)
+        return list(context[keep:])
+
+    def _sync(self, context: Sequence[int]) -> np.ndarray:
+        """Roll back to the common prefix, decode the rest of the context, return the last logits row."""
+        return self._fit(self.model.decode(self.resync(context), logits_rows=[-1])[0])
 
     def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
               rng: np.random.Generator) -> Draft:
         started = time.perf_counter()
-        room = self.model.n_ctx - len(context)
-        n = max(0, min(n, room))
+        n = max(0, min(n, self.room(context)))
         tokens: list[int] = []
         probs, raw = [], []
         if n > 0:
             logits = self._sync(context)
             for i in range(n):
-                q = process(logits, sampling)
-                if self.p_min > 0 and _confidence(q, logits, sampling) < self.p_min:
-                    break  # llama.cpp's --draft-p-min: an unsure drafter wastes verify width
-                x = sample(q, rng)
-                tokens.append(x)
-                probs.append(q)
+                step = propose(logits, sampling, rng, self.p_min)
+                if step is None:
+                    break
+                tokens.append(step[0])
+                probs.append(step[1])
                 raw.append(logits)
                 if i + 1 < n:
-                    logits = self._fit(self.model.decode([x], logits_rows=[0])[0])
+                    logits = self._fit(self.model.decode([step[0]], logits_rows=[0])[0])
+        return self.finish(context, tokens, probs, raw, started)
+
+    def room(self, context: Sequence[int]) -> int:
+        return self.model.n_ctx - len(context)
+
+    def finish(self, context: Sequence[int], tokens: list[int], probs: list[np.ndarray], raw: list[np.ndarray],
+               started: float) -> Draft:
+        """Package a draft and remember it (``next_distribution`` continues from it)."""
         self._last_context, self._last_draft = list(context), tokens
         empty = np.empty((0, self.target_vocab))
         return Draft(tokens, np.stack(probs) if probs else empty, np.stack(raw) if raw else empty,

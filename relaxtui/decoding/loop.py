@@ -96,18 +96,9 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
 
     ``should_stop`` is polled once per round (the TUI's stop button, Ctrl-C); ``clock`` is the timer behind
     every timing (a fake clock makes timings deterministic for snapshots)."""
-    rule = rule or Strict()
+    rule = check_request(verifier, prompt, config, drafter, rule)
     sampling = config.sampling
-    if sampling.greedy and not rule.greedy_ok:
-        raise UserError(f"rule {rule.name!r} cannot run greedy (temperature 0); use --temperature > 0")
     prompt = list(prompt)
-    if not prompt:
-        raise UserError("the prompt is empty")
-    if len(prompt) >= verifier.n_ctx:
-        raise UserError(f"the prompt has {len(prompt)} tokens but the context holds {verifier.n_ctx}; "
-                        "raise --ctx-size or shorten the prompt")
-    if drafter is not None and rule.needs_draft_logits and getattr(drafter, "model", None) is None:
-        raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {drafter.kind!r}")
     draft_rng, accept_rng = spawn_generators(config.seed)
     draft_max = config.draft_max if drafter is not None else 0
     draft_length = DraftLength(draft_max, max(config.draft_min, 1), config.adaptive)
@@ -186,16 +177,41 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
     tail = decoder.flush()
     text_parts.append(tail)
     decode_s = clock() - decode_started
-    metrics = Metrics(
-        prompt_tokens=len(prompt), output_tokens=len(output), rounds=counters.rounds, drafted=counters.drafted,
+    metrics = build_metrics(len(prompt), len(output), counters, prefill_s=prefill_s, decode_s=decode_s,
+                            llama_s=_llama_seconds(verifier, drafter) - llama_before, finish=finish,
+                            extra_draft_steps=extra_steps, prefill_decoded=prefill_decoded)
+    yield Finished("".join(text_parts), metrics, tuple(output))
+
+
+def check_request(verifier: Backend, prompt: Sequence[int], config: GenerationConfig, drafter: Drafter | None,
+                  rule: Rule | None) -> Rule:
+    """The checks every generation passes before anything is decoded; returns the rule (strict by default)."""
+    rule = rule or Strict()
+    if config.sampling.greedy and not rule.greedy_ok:
+        raise UserError(f"rule {rule.name!r} cannot run greedy (temperature 0); use --temperature > 0")
+    if not prompt:
+        raise UserError("the prompt is empty")
+    if len(prompt) >= verifier.n_ctx:
+        raise UserError(f"the prompt has {len(prompt)} tokens but the context holds {verifier.n_ctx}; "
+                        "raise --ctx-size or shorten the prompt")
+    if drafter is not None and rule.needs_draft_logits and getattr(drafter, "model", None) is None:
+        raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {drafter.kind!r}")
+    return rule
+
+
+def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounters, *, prefill_s: float,
+                  decode_s: float, llama_s: float, finish: str, extra_draft_steps: int,
+                  prefill_decoded: int) -> Metrics:
+    """SPEC §3 metrics of one finished generation from its round counters (shared with the batched loop)."""
+    return Metrics(
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, rounds=counters.rounds, drafted=counters.drafted,
         accepted=counters.accepted, per_position_reached=tuple(counters.reached),
         per_position_accepted=tuple(counters.accepted_at), prefill_s=prefill_s, decode_s=decode_s,
-        draft_s=counters.draft_s, verify_s=counters.verify_s,
-        llama_s=_llama_seconds(verifier, drafter) - llama_before, truncated=finish in {"context", "max_tokens"},
-        finish_reason=finish, draft_lengths=tuple(counters.draft_lengths), extra_draft_steps=extra_steps,
+        draft_s=counters.draft_s, verify_s=counters.verify_s, llama_s=llama_s,
+        truncated=finish in {"context", "max_tokens"}, finish_reason=finish,
+        draft_lengths=tuple(counters.draft_lengths), extra_draft_steps=extra_draft_steps,
         prefill_decoded=prefill_decoded, full_accept_rounds=counters.full_rounds,
     )
-    yield Finished("".join(text_parts), metrics, tuple(output))
 
 
 def _llama_seconds(verifier: Backend, drafter: Drafter | None) -> float:

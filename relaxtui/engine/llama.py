@@ -2,7 +2,9 @@
 
 Why low-level: ``Llama(logits_all=True)`` and ``draft_model=`` allocate n_ctx × n_vocab floats. Here a
 decode asks for logits only on the rows the caller names, copies exactly those rows out, and the KV cache
-is rolled back with ``llama_memory_seq_rm``. One sequence (id 0) per context.
+is rolled back with ``llama_memory_seq_rm``. A context holds ``n_seq`` sequences (llama.cpp's n_seq_max), each
+with its own ``n_ctx`` tokens of KV cache in its own stream (``kv_unified`` off: a sequence attends only to its
+own cells, and cells freed in one never move another's); the one-sequence methods act on sequence 0.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from relaxtui.decoding.backend import SeqDecode, SequenceView, row_order
 from relaxtui.engine.gguf import read_header
 from relaxtui.errors import ContextFull, UserError
 
@@ -63,14 +66,17 @@ def default_threads() -> int:
 
 
 class LlamaModel:
-    """One GGUF model with one context: tokenise, decode a batch with chosen logits rows, roll back."""
+    """One GGUF model with one context: tokenise, decode a batch with chosen logits rows, roll back.
+    ``n_ctx`` is per sequence: the context holds ``n_seq × n_ctx`` tokens."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512) -> None:
+                 n_gpu_layers: int = 0, n_batch: int = 512, n_seq: int = 1) -> None:
         self.path = Path(path)
         self.header = read_header(self.path)  # clear error for a missing or non-GGUF file
         if n_ctx < 16:
             raise UserError(f"--ctx-size must be at least 16 (got {n_ctx})")
+        if not 1 <= n_seq <= _llama.llama_max_parallel_sequences():
+            raise UserError(f"--parallel must be in 1..{_llama.llama_max_parallel_sequences()} (got {n_seq})")
         _init_backend()
         model_params = _llama.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
@@ -82,24 +88,27 @@ class LlamaModel:
         n_ctx = min(n_ctx, max(16, _llama.llama_model_n_ctx_train(self._model)))
         threads = n_threads or default_threads()
         ctx_params = _llama.llama_context_default_params()
-        ctx_params.n_ctx = n_ctx
-        ctx_params.n_batch = min(n_batch, n_ctx)
-        ctx_params.n_ubatch = min(n_batch, n_ctx)
-        ctx_params.n_seq_max = 1
+        ctx_params.n_ctx = n_ctx * n_seq
+        ctx_params.n_batch = min(n_batch, n_ctx * n_seq)
+        ctx_params.n_ubatch = min(n_batch, n_ctx * n_seq)
+        ctx_params.n_seq_max = n_seq
+        ctx_params.kv_unified = False
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         ctx_params.no_perf = True
         self._ctx = _llama.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             _llama.llama_model_free(self._model)
-            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
+            raise UserError(f"llama.cpp could not create a context of {n_seq} × {n_ctx} tokens for {self.path}")
         # llama.cpp may pad the context (to a multiple of 256); the limit the user asked for is the one we keep
-        self.n_ctx = min(n_ctx, _llama.llama_n_ctx(self._ctx))
+        self.n_seq = n_seq
+        self.n_ctx = min(n_ctx, _llama.llama_n_ctx(self._ctx) // n_seq)
         self.n_batch = ctx_params.n_batch  # never hand llama_decode more tokens than the context's n_batch
         self.n_vocab = _llama.llama_vocab_n_tokens(self._vocab)
         self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
         self._memory = _llama.llama_get_memory(self._ctx)
-        self._tokens: list[int] = []  # the tokens in the KV cache, in order (what prefix reuse compares against)
+        # the tokens in each sequence's KV cache, in order (what prefix reuse compares against)
+        self._seqs: list[list[int]] = [[] for _ in range(n_seq)]
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
 
     # -- vocabulary -------------------------------------------------------------------------------
@@ -152,59 +161,83 @@ class LlamaModel:
     # -- decoding ---------------------------------------------------------------------------------
     @property
     def n_past(self) -> int:
-        """Tokens currently in the KV cache."""
-        return len(self._tokens)
+        """Tokens currently in sequence 0's KV cache."""
+        return len(self._seqs[0])
 
     @property
     def cached_tokens(self) -> Sequence[int]:
-        return self._tokens
+        return self._seqs[0]
+
+    def tokens_of(self, seq: int) -> Sequence[int]:
+        return self._seqs[seq]
+
+    def sequence(self, seq: int) -> SequenceView:
+        """Sequence ``seq`` as a one-sequence backend (prefill, drafters and timings run on it unchanged)."""
+        return SequenceView(self, seq)
 
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
-        """Append ``tokens`` at the current position; return logits for ``logits_rows`` (indices into
+        """Append ``tokens`` at sequence 0's position; return logits for ``logits_rows`` (indices into
         ``tokens``, negative allowed) as a float32 array [len(logits_rows), n_vocab]. Chunks by n_batch."""
-        if self.n_past + len(tokens) > self.n_ctx:
-            raise ContextFull(self.n_past, len(tokens), self.n_ctx)
-        rows = sorted({r % len(tokens) for r in logits_rows}) if tokens else []
-        wanted = set(rows)
-        out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
-        filled = 0
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start:start + self.n_batch]
-            batch = self._batch
-            batch.n_tokens = len(chunk)
-            chunk_rows = []
-            n_past = self.n_past
-            for j, token in enumerate(chunk):
-                batch.token[j] = token
-                batch.pos[j] = n_past + j
-                batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = 0
-                flag = (start + j) in wanted
-                batch.logits[j] = flag
-                if flag:
-                    chunk_rows.append(j)
-            started = time.perf_counter()
-            status = _llama.llama_decode(self._ctx, batch)
-            self.decode_seconds += time.perf_counter() - started
-            if status != 0:
-                raise RuntimeError(f"llama_decode failed with status {status}")
-            self._tokens.extend(int(t) for t in chunk)
-            for j in chunk_rows:
-                pointer = _llama.llama_get_logits_ith(self._ctx, j)
-                out[filled] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
-                filled += 1
-        order = [rows.index(r % len(tokens)) for r in logits_rows]
-        return out[order] if order != list(range(len(rows))) else out
+        return self.decode_many([SeqDecode(0, tokens, logits_rows)])[0]
+
+    def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]:
+        """One batch for many sequences (as llama.cpp's `parallel` example): each item's tokens go at its
+        sequence's own positions; returns one [len(item.logits_rows), n_vocab] array per item."""
+        blocks, orders = [], []
+        flat: list[tuple[int, int, int, np.ndarray | None]] = []  # (seq, token, position, logits row to fill)
+        for item in items:
+            cached = self._seqs[item.seq]
+            if len(cached) + len(item.tokens) > self.n_ctx:
+                raise ContextFull(len(cached), len(item.tokens), self.n_ctx)
+            rows, order = row_order(len(item.tokens), item.logits_rows)
+            block = np.empty((len(rows), self.n_vocab), dtype=np.float32)
+            blocks.append(block)
+            orders.append(order)
+            slot = {row: i for i, row in enumerate(rows)}
+            flat += [(item.seq, int(t), len(cached) + j, block[slot[j]] if j in slot else None)
+                     for j, t in enumerate(item.tokens)]
+        for start in range(0, len(flat), self.n_batch):
+            self._decode_chunk(flat[start:start + self.n_batch])
+        return [block[order] if order != list(range(len(block))) else block
+                for block, order in zip(blocks, orders, strict=True)]
+
+    def _decode_chunk(self, chunk: Sequence[tuple[int, int, int, np.ndarray | None]]) -> None:
+        batch = self._batch
+        batch.n_tokens = len(chunk)
+        for j, (seq, token, position, target) in enumerate(chunk):
+            batch.token[j] = token
+            batch.pos[j] = position
+            batch.n_seq_id[j] = 1
+            batch.seq_id[j][0] = seq
+            batch.logits[j] = target is not None
+        started = time.perf_counter()
+        status = _llama.llama_decode(self._ctx, batch)
+        self.decode_seconds += time.perf_counter() - started
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status}")
+        for j, (seq, token, _, target) in enumerate(chunk):
+            self._seqs[seq].append(token)
+            if target is not None:
+                target[:] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
 
     def rollback(self, position: int) -> None:
-        """Drop every cached token at ``position`` and after (the KV cache keeps [0, position))."""
-        if position < self.n_past:
-            _llama.llama_memory_seq_rm(self._memory, 0, position, -1)
-            del self._tokens[position:]
+        """Drop every cached token of sequence 0 at ``position`` and after (the cache keeps [0, position))."""
+        self.rollback_seq(0, position)
+
+    def rollback_seq(self, seq: int, position: int) -> None:
+        if position < len(self._seqs[seq]):
+            _llama.llama_memory_seq_rm(self._memory, seq, position, -1)
+            del self._seqs[seq][position:]
 
     def reset(self) -> None:
         _llama.llama_memory_clear(self._memory, True)
-        self._tokens.clear()
+        for tokens in self._seqs:
+            tokens.clear()
+
+    def clear_seq(self, seq: int) -> None:
+        """Empty one sequence (a finished slot, before it is refilled); the others keep their caches."""
+        _llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        self._seqs[seq].clear()
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):

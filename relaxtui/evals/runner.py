@@ -210,8 +210,17 @@ def run_eval(task: Task, samples: Sequence[Sample], plan: EvalPlan, run: dict[st
              verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
              on_sample: Callable[[SampleDone], None] = lambda _: None,
              should_stop: Callable[[], bool] = lambda: False) -> None:
-    """Run the plan on one local pair, one sequence at a time."""
+    """Run the plan on one local pair: one sequence at a time, or as many at once as its contexts hold."""
     if drafter is None and any(p.rule is not None for p in plan.points()):
         raise UserError("speculative configs need a drafter; pass --drafter or only --no-spec")
-    run_units(task, samples, plan, run, store, SequentialExecutor(verifier, drafter, tokenize), on_sample,
-              should_stop)
+    run_units(task, samples, plan, run, store, local_executor(verifier, drafter, tokenize), on_sample, should_stop)
+
+
+def local_executor(verifier: Backend, drafter: Drafter | None,
+                   tokenize: Callable[[Sample], list[int]]) -> Executor:
+    """The executor for a local pair: the batched one when the verifier's context holds several sequences."""
+    if getattr(verifier, "n_seq", 1) > 1:
+        from relaxtui.evals.parallel import ParallelExecutor
+
+        return ParallelExecutor(verifier, drafter, tokenize)  # type: ignore[arg-type]
+    return SequentialExecutor(verifier, drafter, tokenize)

@@ -1,0 +1,176 @@
+"""The batched loop (many sequences per context) on the fake backend: the same law and the same tokens as the
+one-sequence loop, one verifier batch per round, and sequences that never touch each other's caches."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from relaxtui.decoding.backend import FakeBackend, markov_logits
+from relaxtui.decoding.batched import Job, generate_many
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.events import Finished
+from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.ngram import NgramDrafter
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
+from relaxtui.rules import make
+from tests.conftest import VOCAB
+from tests.test_loop_fake import GREEDY, PLAIN, cycle_table, exact_two_step
+
+
+def multi(table: np.ndarray, n_seq: int, **kwargs) -> FakeBackend:
+    return FakeBackend(markov_logits(table), table.shape[1], n_seq=n_seq, **kwargs)
+
+
+def run_many(verifier, jobs, drafter=None, **kwargs) -> dict[object, Finished]:
+    return {job.tag: finished for job, finished in generate_many(verifier, jobs, drafter=drafter, **kwargs)}
+
+
+def run_one(table, draft_table, job: Job) -> Finished:
+    drafter = ModelDrafter(multi(draft_table, 1), VOCAB) if job.speculative else None
+    *_, finished = generate(multi(table, 1), job.prompt, job.config, drafter=drafter, rule=job.rule)
+    return finished
+
+
+# -- the same tokens as K = 1 (the fake has no batched numerics, so agreement must be exact) ----------------------
+@pytest.mark.parametrize("rule,knob", [("strict", None), ("cactus", 1.0), ("mentored", 0.7)])
+@pytest.mark.parametrize("k", [2, 4])
+def test_every_sequence_matches_its_one_sequence_run(markov_pair, rule, knob, k):
+    target, draft = markov_pair
+    jobs = [Job([i % VOCAB, (i * 2) % VOCAB], GenerationConfig(draft_max=1 + i % 3, max_tokens=12 + i,
+                                                               sampling=PLAIN, seed=i),
+                make(rule, knob) if i % 4 else None, speculative=i % 4 != 0, tag=i) for i in range(9)]
+    results = run_many(multi(target, k), jobs, ModelDrafter(multi(draft, k), VOCAB))
+    assert sorted(results) == list(range(9))
+    for job in jobs:
+        alone, batched = run_one(target, draft, job), results[job.tag]
+        assert batched.token_ids == alone.token_ids
+        assert batched.text == alone.text
+        for name in ("rounds", "drafted", "accepted", "draft_lengths", "per_position_reached",
+                     "per_position_accepted", "full_accept_rounds", "extra_draft_steps", "finish_reason"):
+            assert getattr(batched.metrics, name) == getattr(alone.metrics, name), name
+
+
+def test_strict_parallel_loop_emits_the_verifier_distribution(markov_pair):
+    """Monte Carlo through the parallel loop (K = 8): the joint law of the first two emitted tokens matches the
+    verifier's. Tolerance as in test_loop_fake: every cell within 5 standard errors plus 0.002."""
+    target, draft = markov_pair
+    runs = 3000
+    jobs = (Job([0], GenerationConfig(draft_max=1, max_tokens=2, sampling=PLAIN, seed=seed), tag=seed)
+            for seed in range(runs))
+    counts = Counter(finished.token_ids[:2] for finished in
+                     run_many(multi(target, 8), jobs, ModelDrafter(multi(draft, 8), VOCAB)).values())
+    expected = exact_two_step(target, 0)
+    observed = np.zeros_like(expected)
+    for (a, b), c in counts.items():
+        observed[a, b] = c / runs
+    tolerance = 5 * np.sqrt(expected * (1 - expected) / runs) + 0.002
+    assert np.all(np.abs(observed - expected) <= tolerance), np.abs(observed - expected).max()
+
+
+# -- batches ----------------------------------------------------------------------------------------------------
+def test_one_verifier_batch_per_round_holds_every_live_sequence():
+    verifier = multi(cycle_table(), 3)
+    drafter = ModelDrafter(multi(cycle_table(), 3), VOCAB)
+    jobs = [Job([i], GenerationConfig(draft_max=2, max_tokens=6, sampling=GREEDY), tag=i) for i in range(3)]
+    run_many(verifier, jobs, drafter)
+    # every draft is accepted: each round is one batch of three [last, x1, x2] blocks, two rounds per sequence
+    assert verifier.batches == [((0, 3), (1, 3), (2, 3))] * 2
+    # the drafter: one batch per draft step across the sequences (sync of `last` plus the next token)
+    assert drafter.model.batches[:2] == [((0, 1), (1, 1), (2, 1)), ((0, 1), (1, 1), (2, 1))]
+
+
+def test_a_sequence_rejected_at_its_first_draft_leaves_its_neighbours_caches_alone():
+    """Sequence 0 ends on token 2, where the drafter says 4 and the verifier 3: rejected at draft 1. Its
+    neighbours' drafts are all accepted in the same batch; their caches and tokens are those of a lone run."""
+    table, draft_table = cycle_table(), cycle_table(mistake_after=2)
+    verifier = multi(table, 3)
+    drafter = ModelDrafter(multi(draft_table, 3), VOCAB)
+    config = GenerationConfig(draft_max=3, max_tokens=4, sampling=GREEDY)
+    jobs = [Job([0, 1, 2], config, tag=0), Job([3], config, tag=1), Job([4, 5], config, tag=2)]
+    results = run_many(verifier, jobs, drafter)
+    assert results[0].metrics.draft_lengths[0] == 3 and results[0].token_ids[0] == 3  # x1 = 4 rejected, 3 resampled
+    assert results[0].metrics.per_position_accepted[0] < results[0].metrics.per_position_reached[0]
+    assert ((0, 4), (1, 4), (2, 4)) in verifier.batches  # all three verified in one batch
+    for job in jobs:
+        assert results[job.tag].token_ids == run_one(table, draft_table, job).token_ids
+        context = [*job.prompt, *results[job.tag].token_ids]
+        assert list(verifier.tokens_of(job.tag)) == context[:-1]  # everything but `last`, nothing else
+
+
+def test_rollback_of_one_sequence_touches_no_other():
+    backend = multi(cycle_table(), 2)
+    backend.decode_many([backend_item(0, [1, 2, 3, 4]), backend_item(1, [5, 0, 1])])
+    backend.rollback_seq(0, 1)
+    assert backend.tokens_of(0) == [1] and backend.tokens_of(1) == [5, 0, 1]
+    backend.clear_seq(1)
+    assert backend.tokens_of(0) == [1] and backend.tokens_of(1) == []
+
+
+def backend_item(seq, tokens):
+    from relaxtui.decoding.backend import SeqDecode
+
+    return SeqDecode(seq, tokens, [-1])
+
+
+# -- drafters without a model, stopping, bad input ------------------------------------------------------------------
+def test_ngram_drafter_runs_per_sequence():
+    prompt = [1, 2, 3, 1, 2]
+    jobs = [Job(prompt, GenerationConfig(draft_max=2, max_tokens=8, sampling=GREEDY, seed=i), tag=i)
+            for i in range(3)]
+    results = run_many(multi(cycle_table(), 2), jobs, NgramDrafter(VOCAB))
+    *_, alone = generate(multi(cycle_table(), 1), prompt, jobs[0].config, drafter=NgramDrafter(VOCAB))
+    assert all(f.token_ids == alone.token_ids for f in results.values())
+    assert all(f.metrics.drafted == alone.metrics.drafted > 0 for f in results.values())
+
+
+def test_stop_request_ends_every_live_sequence_and_starts_no_more():
+    polls = iter([False, False, True] + [True] * 100)
+    jobs = [Job([i], GenerationConfig(draft_max=0, max_tokens=50, sampling=GREEDY), tag=i) for i in range(5)]
+    results = run_many(multi(cycle_table(), 2), jobs, should_stop=polls.__next__)
+    assert sorted(results) == [0, 1]
+    assert {f.metrics.finish_reason for f in results.values()} == {"stopped"}
+
+
+def test_drafter_with_fewer_sequences_than_the_verifier_is_refused():
+    with pytest.raises(UserError, match="same --parallel"):
+        list(generate_many(multi(cycle_table(), 4), [], drafter=ModelDrafter(multi(cycle_table(), 2), VOCAB)))
+
+
+def test_end_of_generation_and_context_limits_per_sequence():
+    table = cycle_table()
+    config = GenerationConfig(draft_max=2, max_tokens=40, sampling=GREEDY)
+    jobs = [Job([0], config, tag="eog"), Job([4, 5, 0], config, tag="long")]
+    verifier = FakeBackend(markov_logits(table), VOCAB, n_seq=2, eog=3)
+    results = run_many(verifier, jobs, ModelDrafter(multi(table, 2), VOCAB))
+    assert results["eog"].token_ids == (1, 2) and results["eog"].metrics.finish_reason == "eog"
+    assert results["long"].token_ids == (1, 2) and results["long"].metrics.finish_reason == "eog"
+    jobs = [Job([0], config, tag="short"), Job([4, 5, 0], config, tag="ctx")]
+    results = run_many(multi(table, 2, n_ctx=10), jobs, ModelDrafter(multi(table, 2, n_ctx=10), VOCAB))
+    assert {f.metrics.finish_reason for f in results.values()} == {"context"}
+    for job in jobs:
+        *_, alone = generate(multi(table, 1, n_ctx=10), job.prompt, config,
+                             drafter=ModelDrafter(multi(table, 1, n_ctx=10), VOCAB))
+        assert results[job.tag].token_ids == alone.token_ids and alone.metrics.finish_reason == "context"
+
+
+def test_greedy_rule_check_applies_to_each_job():
+    job = Job([0], GenerationConfig(sampling=SamplingParams(temperature=0.0)), make("rfuzzy", 0.1))
+    with pytest.raises(UserError, match="cannot run greedy"):
+        list(generate_many(multi(cycle_table(), 2), [job], drafter=ModelDrafter(multi(cycle_table(), 2), VOCAB)))
+
+
+# -- bench --parallel on the fake -----------------------------------------------------------------------------------
+def test_parallel_bench_reports_every_k_and_mode_with_summed_throughput():
+    from relaxtui.costmodel.parallel_bench import run_parallel_bench
+
+    verifier, drafter = multi(cycle_table(), 4), ModelDrafter(multi(cycle_table(), 4), VOCAB)
+    runs = run_parallel_bench(verifier, drafter, [[0], [3, 4]], ks=[1, 2, 4], draft_max=2, max_tokens=5, passes=2)
+    assert [(r.k, r.mode, r.draft_max) for r in runs] == [(k, m, 2 if m == "strict" else 0) for k in (1, 2, 4)
+                                                          for m in ("no-spec", "strict")]
+    for r in runs:
+        assert r.output_tokens == 2 * 5 * r.k and r.tokens_per_s > 0 and r.per_sequence_tokens_per_s > 0
+    assert runs[0].speedup_vs_k1 == 1.0 and runs[1].spec_vs_no_spec > 0 and runs[1].acceptance_rate == 1.0

@@ -1,0 +1,87 @@
+"""The eval runner with K sequences at once: the same records as one at a time, resumable, bad K refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from relaxtui.decoding.backend import FakeBackend
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.engine.capacity import capacity, check_parallel
+from relaxtui.errors import UserError
+from relaxtui.evals.parallel import ParallelExecutor
+from relaxtui.evals.results import ResultsStore
+from relaxtui.evals.runner import run_eval
+from relaxtui.evals.tasks import get
+from tests.test_cli import fails_with
+from tests.test_eval_runner import DIGITS, PLAN
+
+SAME = ("task", "task_version", "problem_id", "config_id", "config", "seed", "repeat", "output", "parsed", "correct",
+        "output_tokens", "prompt_tokens", "truncated", "finish_reason", "degenerate", "rounds", "drafted",
+        "accepted", "draft_lengths", "extra_draft_steps", "full_accept_rounds", "per_position_reached",
+        "per_position_accepted", "per_position_acceptance")
+
+
+def digits(seed: int, n_seq: int) -> FakeBackend:
+    table = np.random.default_rng(seed).normal(size=(10, 10))
+    return FakeBackend(lambda ctx: table[ctx[-1]], 10, pieces=DIGITS, n_seq=n_seq)
+
+
+def run(tmp_path, name, n_seq, should_stop=lambda: False, written=None):
+    store = ResultsStore(tmp_path / name)
+    run_eval(get("aime"), get("aime").load()[:3], PLAN, {"task": "aime", "note": "fake"}, store, digits(1, n_seq),
+             ModelDrafter(digits(2, n_seq), 10), lambda sample: [len(sample.id) % 10],
+             on_sample=written.append if written is not None else lambda _: None, should_stop=should_stop)
+    return store
+
+
+def keyed(store):
+    return {(r["config_id"], r["problem_id"], r["seed"]): r for r in store.records()}
+
+
+def test_parallel_records_equal_sequential_records(tmp_path):
+    one, four = keyed(run(tmp_path, "one", 1)), keyed(run(tmp_path, "four", 4))
+    assert len(one) == 18 and one.keys() == four.keys()
+    for key, record in one.items():
+        assert {f: four[key][f] for f in SAME} == {f: record[f] for f in SAME}
+        assert set(four[key]) == set(record)  # the record format is unchanged
+
+
+def test_parallel_run_resumes_with_nothing_lost_and_nothing_twice(tmp_path):
+    written = []
+    run(tmp_path, "run", 4, should_stop=lambda: len(written) >= 5, written=written)
+    kept = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert len(kept) >= 5
+    resumed = []
+    store = run(tmp_path, "run", 4, written=resumed)
+    assert len(kept) + len(resumed) == 18 and len(keyed(store)) == 18
+
+
+def test_the_executor_is_chosen_by_the_context(tmp_path):
+    from relaxtui.evals.runner import SequentialExecutor, local_executor
+
+    assert isinstance(local_executor(digits(1, 1), None, list), SequentialExecutor)
+    assert isinstance(local_executor(digits(1, 2), None, list), ParallelExecutor)
+
+
+def test_capacity_names_the_largest_k_that_fits(test_model_path):
+    room = capacity([test_model_path], 1024, available=test_model_path.stat().st_size + 2**30)
+    assert room.bytes_per_sequence == 1024 * 23040  # SmolLM2: 30 layers x 3 KV heads x (64 + 64) x 2 bytes
+    assert room.max_sequences == int(0.8 * 2**30) // room.bytes_per_sequence
+    check_parallel(room.max_sequences, [test_model_path], 1024, available=test_model_path.stat().st_size + 2**30)
+    with pytest.raises(UserError, match=f"holds at most {room.max_sequences} sequences of 1024 tokens"):
+        check_parallel(room.max_sequences + 1, [test_model_path], 1024,
+                       available=test_model_path.stat().st_size + 2**30)
+
+
+@pytest.mark.parametrize("command", [["eval", "aime", "--limit", "1"], ["tune", "aime", "--limit", "1"]])
+def test_parallel_zero_is_one_line(capsys, command):
+    fails_with(capsys, [*command, "--parallel", "0"], "--parallel must be >= 1 (got 0)")
+
+
+def test_parallel_beyond_the_context_is_one_line_with_the_largest_k(capsys, test_model_path, tmp_path):
+    fails_with(capsys, ["eval", "aime", "--limit", "1", "-m", str(test_model_path), "--drafter", "none",
+                        "--no-spec", "--out", str(tmp_path / "x"), "--parallel", "100000"],
+               "--parallel 100000: the context holds at most")
