@@ -17,9 +17,11 @@ from relaxtui.session import prompt_tokens
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = ("Write a haiku about the sea.", "What is 12 times 7?", "Name three primary colours.",
            "Explain recursion in one sentence.")
-# Measured on a 2-core x86 VM: every K = 4 token equalled its K = 1 token (batched rows gave the same greedy
-# argmax). Batched kernels may round differently elsewhere (SPEC §6), so the test allows one diverging job in 8.
-MIN_AGREEMENT = 0.85
+# Measured on the 2-core AMD EPYC VM (llama-cpp-python 0.3.36, AVX-512 build): agreement 1.000 per token and
+# 1.000 per job (8 jobs x 24 tokens). Another CPU's batched kernels may round differently (SPEC §6) and flip a
+# near-tie late in a reply, so the bound leaves room for that and nothing more: a broken cache or a mixed-up
+# sequence diverges early and falls far below it.
+MIN_AGREEMENT = 0.95
 
 
 def agreement(a: tuple[int, ...], b: tuple[int, ...]) -> float:
