@@ -160,6 +160,7 @@ def open_ray_executor(args: argparse.Namespace, options: ModelOptions, plan: Eva
     try:
         path = store.directory / MEASURED_PROFILE
         if not path.exists():
+            executor.start()
             print("measuring the first actor's cost profile (once per run folder)…", file=sys.stderr, flush=True)
             path.write_text(executor.measure_profile(plan, samples[0]))
     except BaseException:

@@ -140,7 +140,16 @@ class RayExecutor:
                  log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
         self.ray = require_ray()
         self.log = log
-        self.actors = self._start(shipped_options(options), thinking, actors)
+        self._start_args = (shipped_options(options), thinking, actors)
+        self.actors: list[_Actor] = []
+        self.started = False
+
+    def start(self) -> list[_Actor]:
+        """The actors, started on first need: a resumed run with nothing left to do loads no model anywhere."""
+        if not self.started:
+            self.started = True
+            self.actors = self._start(*self._start_args)
+        return self.actors
 
     def _start(self, options: ModelOptions, thinking: bool | None, count: int | None) -> list[_Actor]:
         """One actor per alive node by default, else ``count`` placed round-robin over the nodes. Actors take
@@ -181,16 +190,18 @@ class RayExecutor:
 
     def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
         """The cost profile of the first actor's node (the run's default pricing)."""
-        return self.ray.get(self.actors[0].handle.measure_profile.remote(plan, sample))
+        return self.ray.get(self.start()[0].handle.measure_profile.remote(plan, sample))
 
     def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
             should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
         """Yield records as actors finish them. A unit whose actor is lost goes back to the front of the queue
         for the others; a stop request returns at once and the units in flight are not recorded."""
+        if not units:
+            return
         ray = self.ray
         task_ref, plan_ref = ray.put(task), ray.put(plan)  # shipped once, not with every unit
         queue = deque(units)
-        idle = list(self.actors)
+        idle = list(self.start())
         in_flight: dict[Any, tuple[_Actor, WorkUnit]] = {}
 
         def submit() -> None:
