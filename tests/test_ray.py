@@ -137,6 +137,14 @@ def test_unreachable_address_is_one_line_and_writes_nothing(capsys, tmp_path):
     assert not out.exists()
 
 
+def test_actors_share_their_nodes_gpus():
+    from relaxtui.evals.ray_executor import node_gpus
+
+    shares = [node_gpus({"Resources": {"GPU": gpus}}, actors) for gpus, actors in [(0, 1), (2, 1), (2, 2), (8, 3),
+                                                                                   (2, 3), (1, 2)]]
+    assert shares == [0, 2, 1, 2, 0.5, 0.5]
+
+
 # -- a real one-machine cluster -------------------------------------------------------------------------------------
 @pytest.mark.model
 def test_two_actors_give_the_records_of_the_local_runner(capsys, tmp_path, test_model_path, ray_head, fresh_driver):

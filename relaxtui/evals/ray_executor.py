@@ -13,6 +13,7 @@ Ray is an optional extra (``pip install 'relaxtui[cluster]'``) and is imported o
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import sys
@@ -153,7 +154,8 @@ class RayExecutor:
 
     def _start(self, options: ModelOptions, thinking: bool | None, count: int | None) -> list[_Actor]:
         """One actor per alive node by default, else ``count`` placed round-robin over the nodes. Actors take
-        no CPU from Ray's books (llama.cpp sizes its own threads), so they never wait for a free slot."""
+        no CPU from Ray's books (llama.cpp sizes its own threads), so they never wait for a free slot; with
+        --gpu-layers they share their node's GPUs (older Rays hide GPUs from actors that reserve none)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         ray = self.ray
@@ -165,9 +167,11 @@ class RayExecutor:
         actors = []
         for i in range(count):
             node = nodes[i % len(nodes)]
+            on_node = len(range(i % len(nodes), count, len(nodes)))
+            gpus = node_gpus(node, on_node) if options.gpu_layers else 0
             name = f"relaxtui-eval-{os.getpid()}-{i}"
             handle = remote.options(
-                name=name, num_cpus=0, max_restarts=0, max_task_retries=0,
+                name=name, num_cpus=0, num_gpus=gpus, max_restarts=0, max_task_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
             ).remote(options, thinking)
             actors.append(_Actor(name, handle, node.get("NodeManagerAddress", "?")))
@@ -245,6 +249,14 @@ class RayExecutor:
             except Exception:  # noqa: BLE001 - already gone is fine
                 pass
         self.actors = []
+
+
+def node_gpus(node: dict[str, Any], actors_on_node: int) -> float:
+    """Each actor's share of its node's GPUs: whole GPUs while there are enough, else an even fraction of one."""
+    gpus = int(node.get("Resources", {}).get("GPU", 0))
+    if gpus == 0:
+        return 0
+    return gpus // actors_on_node if actors_on_node <= gpus else 1 / math.ceil(actors_on_node / gpus)
 
 
 def _reason(exc: BaseException) -> str:
