@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,7 +79,10 @@ def ray_head(tmp_path_factory):
     ports = dict(zip(["port", "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
                       "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port"], free_ports(7),
                      strict=True))
-    command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--num-cpus=2",
+    ray_cli = Path(sys.executable).with_name("ray")  # the CLI of the Ray this Python imports
+    if not ray_cli.exists():
+        pytest.skip(f"{ray_cli} missing: install Ray into this environment (pip install 'relaxtui[cluster]')")
+    command = [str(ray_cli), "start", "--head", "--block", "--num-cpus=2",
                "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
                "--object-store-memory=100000000", *(f"--{name}={port}" for name, port in ports.items())]
     with log.open("w") as stream:
@@ -105,6 +109,7 @@ def ray_head(tmp_path_factory):
             except ProcessLookupError:
                 pass
         head.wait(timeout=10)
+        shutil.rmtree(temp, ignore_errors=True)
         assert not session_pids(head.pid), "Ray processes left behind"
 
 
