@@ -75,7 +75,8 @@ def ray_head(tmp_path_factory):
     temp = Path(f"/tmp/rt-ray-{os.getpid()}")  # short: Ray's unix sockets live under it
     log = tmp_path_factory.mktemp("ray") / "head.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}  # else a ~/.ray/auth_token left by any earlier local Ray turns tokens on
     ports = dict(zip(["port", "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
                       "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port"], free_ports(7),
                      strict=True))

@@ -72,7 +72,9 @@ def connect(address: str | None) -> Callable[[], None]:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"--ray {address or '(local)'}: could not join the Ray cluster: {first}") from None
+        hint = ("; if it uses token authentication, set RAY_AUTH_MODE=token (token in RAY_AUTH_TOKEN or "
+                "~/.ray/auth_token)" if address and "RAY_AUTH_MODE" not in os.environ else "")
+        raise UserError(f"--ray {address or '(local)'}: could not join the Ray cluster: {first}{hint}") from None
     return ray.shutdown
 
 
