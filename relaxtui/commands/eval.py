@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=Path, default=None, help="results folder (default results/TASK)")
     run.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
     add_parallel_option(run)
+    cluster = parser.add_argument_group("cluster (optional extra: pip install 'relaxtui[cluster]')")
+    cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                         help="run the units on Ray actors: HOST:PORT as `ray start --head` prints it, or no address "
+                              "for the latest local `ray start` (else a new local Ray); this machine keeps the results")
+    cluster.add_argument("--ray-actors", type=int, default=None, metavar="K",
+                         help="actors, each holding the pair once (default: one per node)")
     add_draft_options(parser, with_length=False)
     report = parser.add_argument_group("report (also printed at the end of a run)")
     report.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
@@ -70,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if max_tokens < 1:
         raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
     profiles_for_report(args.profile, None)  # an unknown or malformed profile fails before any model loads
+    if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
+        raise UserError(f"--ray-actors must be >= 1 and goes with --ray (got {args.ray_actors})")
+    if args.ray is not None and args.parallel != 1:
+        raise UserError("--parallel with --ray is not supported yet: each Ray actor runs one sequence at a time")
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
                     sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
@@ -77,10 +87,32 @@ def run(args: argparse.Namespace) -> int:
     if not samples:
         raise UserError(f"{args.task}: no problems to run")
     out = args.out or Path("results") / args.task
-    store = ResultsStore(out)
     options = model_options(args)
     # the context must hold a prompt plus the whole answer budget, or every long answer ends "context"
     options = replace(options, ctx_size=max(options.ctx_size, max_tokens + PROMPT_ROOM))
+    if plan.has_spec and options.drafter is None:
+        raise UserError("speculative configs need a drafter; pass --drafter or only --no-spec")
+    disconnect = connect_cluster(args.ray)  # a bad address or a missing Ray fails before the folder is touched
+    try:
+        run_in_folder(args, task, samples, plan, options, ResultsStore(out))
+    finally:
+        disconnect()
+    return report_run(out, args.profile, length_adjusted=args.length_adjusted)
+
+
+def connect_cluster(address: str | None) -> Callable[[], None]:
+    """With --ray, join the cluster (``""``: a local one) and return the disconnect; without, nothing to do."""
+    if address is None:
+        return lambda: None
+    from relaxtui.evals.ray_executor import connect
+
+    return connect(address or None)
+
+
+def run_in_folder(args: argparse.Namespace, task: Task, samples: list[Sample], plan: EvalPlan,
+                  options: ModelOptions, store: ResultsStore) -> None:
+    """Open (or resume) the run folder, then run every unit not in it yet, with a progress line; Ctrl-C stops
+    at the next unit and what finished is kept."""
     thinking = None if args.thinking is None else args.thinking == "on"
     manifest = run_manifest(task, options, plan, thinking=args.thinking, data=args.data)
     environment = run_environment(task)
@@ -100,21 +132,20 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
         close()
     if stop_requested.is_set():
-        print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
-    return report_run(out, args.profile, length_adjusted=args.length_adjusted)
+        print(f"stopped; results so far are in {store.directory} (run the same command to resume)", file=sys.stderr)
 
 
 def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPlan, samples: list[Sample],
                   thinking: bool | None, store: ResultsStore) -> tuple[Executor, Callable[[], None]]:
-    """What runs the work units of this run (one local pair, --parallel sequences at a time), and how to release it.
-    The first time a run folder is used, this machine's cost profile is measured and saved with it: it is the
-    default pricing of `eval report`."""
+    """What runs the work units of this run (one local pair, --parallel sequences at a time; or Ray actors with
+    --ray), and how to release it. The first time a run folder is used, the cost profile of a machine that runs
+    the units is measured and saved with it: it is the default pricing of `eval report`."""
+    if args.ray is not None:
+        return open_ray_executor(args, options, plan, samples, thinking, store)
     from relaxtui.session import load_pair
 
     pair = load_pair(options)
     try:
-        if plan.has_spec and pair.drafter is None:
-            raise UserError("speculative configs need a drafter; pass --drafter or only --no-spec")
         tokenize = sample_tokenizer(pair.verifier, thinking=thinking)
         save_measured_profile(store, pair, plan, tokenize(samples[0]))
     except BaseException:
@@ -123,22 +154,45 @@ def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPla
     return local_executor(pair.verifier, pair.drafter, tokenize), pair.close
 
 
+def open_ray_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPlan, samples: list[Sample],
+                      thinking: bool | None, store: ResultsStore) -> tuple[Executor, Callable[[], None]]:
+    """Actors that each load the pair once; the profile is measured on the first actor's node."""
+    from relaxtui.evals.ray_executor import RayExecutor
+
+    executor = RayExecutor(options, thinking, actors=args.ray_actors)
+    try:
+        path = store.directory / MEASURED_PROFILE
+        if not path.exists():
+            executor.start()
+            print("measuring the first actor's cost profile (once per run folder)…", file=sys.stderr, flush=True)
+            path.write_text(executor.measure_profile(plan, samples[0]))
+    except BaseException:
+        executor.close()
+        raise
+    return executor, executor.close
+
+
 def save_measured_profile(store: ResultsStore, pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> None:
     """Calibrate this machine (a few seconds) unless the run folder already has its profile."""
     path = store.directory / MEASURED_PROFILE
     if path.exists():
         return
+    print("measuring this machine's cost profile (once per run folder)…", file=sys.stderr, flush=True)
+    path.write_text(measure_profile(pair, plan, prompt))
+
+
+def measure_profile(pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> str:
+    """The cost profile (JSON) of the machine holding ``pair``: run where the models are, saved by the driver."""
     from relaxtui.costmodel.calibrate import calibrate, typical_context
     from relaxtui.decoding.drafters import ModelDrafter
 
     drafter = pair.drafter if isinstance(pair.drafter, ModelDrafter) else None
-    print("measuring this machine's cost profile (once per run folder)…", file=sys.stderr, flush=True)
     costs = calibrate(pair.verifier, drafter, max_block=max(plan.draft_max) + 1, sampling=plan.sampling,
                       context=typical_context(prompt, min(plan.max_tokens, 512)), repeats=5, seed=plan.seed)
     drafter_name = pair.drafter_path.name if pair.drafter_path else getattr(pair.drafter, "kind", "none")
     profile = costs.profile("measured", verifier=pair.verifier_path.name, drafter=drafter_name,
                             hardware=hardware_description())
-    path.write_text(profile.to_json())
+    return profile.to_json()
 
 
 def run_manifest(task: Task, options: ModelOptions, plan: EvalPlan, *, thinking: str | None,

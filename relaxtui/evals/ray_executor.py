@@ -1,0 +1,267 @@
+"""Work units on a Ray cluster: the driver owns the queue and the results file, actors own the models.
+
+Each actor loads the verifier/drafter pair once (by path or name, resolved on its own node) and turns one work
+unit at a time into a record with the same prompt tokens, config and rule as the local runner. The driver
+hands a unit to every idle actor, streams records back as they finish (``ray.wait``), and alone appends them
+to the store, so resume and deduplication stay in :func:`relaxtui.evals.runner.run_units`. A lost actor (its
+node died, its process crashed, someone killed it) is dropped and its unfinished unit goes back on the queue
+for another actor: at-most-once per actor, at-least-once per unit, and the driver keeps the first record.
+
+Ray is an optional extra (``pip install 'relaxtui[cluster]'``) and is imported only when ``--ray`` is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from relaxtui.errors import UserError
+from relaxtui.evals.runner import EvalPlan, WorkUnit, make_record, unit_config
+from relaxtui.evals.tasks.base import Sample, Task
+from relaxtui.session import ModelOptions
+
+INSTALL_HINT = "pip install 'relaxtui[cluster]'"
+CONNECT_TIMEOUT_S = 3.0  # a head node that does not answer a TCP connect in this long is not there
+POLL_S = 0.5  # how often the driver looks up from ray.wait to honour a stop request
+
+
+def require_ray() -> ModuleType:
+    """The ray module, or the one line that says which extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    return ray
+
+
+def check_address(address: str) -> None:
+    """Fail fast, before anything is written, when nothing listens at ``HOST:PORT`` (``ray.init`` would retry
+    for a minute). ``ray://HOST:PORT`` (Ray Client) and ``auto`` pass; ``auto`` is checked by Ray itself."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--ray {address!r}: give the HOST:PORT that `ray start --head` prints (or no address "
+                        "for a local Ray)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(f"--ray {address}: no Ray cluster answers there ({reason}); start one with "
+                        "`ray start --head` or check the address") from None
+
+
+def connect(address: str | None) -> Callable[[], None]:
+    """Join the cluster at ``address`` (``None``: the latest local ``ray start``, else a new local Ray) and
+    return the disconnect. Called before the run folder is touched, so a bad address writes nothing."""
+    ray = require_ray()
+    if address is not None:
+        check_address(address)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no telemetry prompt or upload from an eval
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = ("; if it uses token authentication, set RAY_AUTH_MODE=token (token in RAY_AUTH_TOKEN or "
+                "~/.ray/auth_token)" if address and "RAY_AUTH_MODE" not in os.environ else "")
+        raise UserError(f"--ray {address or '(local)'}: could not join the Ray cluster: {first}{hint}") from None
+    return ray.shutdown
+
+
+def shipped_options(options: ModelOptions) -> ModelOptions:
+    """Model paths that mean the same on an actor: a relative path that exists here becomes absolute (an
+    actor's working folder is not ours); a bare name is resolved on each node, in its own ggml_models/."""
+    def portable(name: str | None) -> str | None:
+        return str(Path(name).absolute()) if name is not None and Path(name).exists() else name
+    return replace(options, verifier=portable(options.verifier) or options.verifier, drafter=portable(options.drafter))
+
+
+class PairActor:
+    """Holds one loaded pair on a node (wrapped by ``ray.remote`` at start-up, so ray stays optional)."""
+
+    def __init__(self, options: ModelOptions, thinking: bool | None) -> None:
+        from relaxtui.commands.eval import sample_tokenizer
+        from relaxtui.session import load_pair
+
+        self.error: str | None = None
+        self._prompts: dict[str, list[int]] = {}
+        try:
+            self.pair = load_pair(options)
+            self.tokenize = sample_tokenizer(self.pair.verifier, thinking=thinking)
+        except UserError as exc:  # e.g. the model is not on this node: said by the driver, with the node
+            self.error = str(exc)
+
+    def ready(self) -> tuple[str, str | None]:
+        """This node's name, and why the pair did not load (None when it did)."""
+        return socket.gethostname(), self.error
+
+    def run(self, task: Task, plan: EvalPlan, unit: WorkUnit) -> dict[str, Any]:
+        """One unit to its record, exactly as the local runner makes it."""
+        from relaxtui.decoding.events import Finished
+        from relaxtui.decoding.loop import generate
+
+        prompt = self._prompts.get(unit.sample.id)
+        if prompt is None:
+            prompt = self._prompts[unit.sample.id] = self.tokenize(unit.sample)
+        config, rule = unit_config(plan, unit)
+        drafter = self.pair.drafter if unit.point.rule else None
+        finished = None
+        for event in generate(self.pair.verifier, prompt, config, drafter=drafter, rule=rule):
+            if isinstance(event, Finished):
+                finished = event
+        assert finished is not None
+        return make_record(task, unit, finished)
+
+    def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
+        """This node's cost profile as JSON, for the driver to save with the run."""
+        from relaxtui.commands.eval import measure_profile
+
+        return measure_profile(self.pair, plan, self.tokenize(sample))
+
+
+@dataclass
+class _Actor:
+    name: str
+    handle: Any  # ray.actor.ActorHandle
+    node: str = "?"
+
+
+class RayExecutor:
+    """An :class:`~relaxtui.evals.runner.Executor` over Ray actors, one unit in flight per actor."""
+
+    def __init__(self, options: ModelOptions, thinking: bool | None, actors: int | None = None,
+                 log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+        self.ray = require_ray()
+        self.log = log
+        self._start_args = (shipped_options(options), thinking, actors)
+        self.actors: list[_Actor] = []
+        self.started = False
+
+    def start(self) -> list[_Actor]:
+        """The actors, started on first need: a resumed run with nothing left to do loads no model anywhere."""
+        if not self.started:
+            self.started = True
+            self.actors = self._start(*self._start_args)
+        return self.actors
+
+    def _start(self, options: ModelOptions, thinking: bool | None, count: int | None) -> list[_Actor]:
+        """One actor per alive node by default, else ``count`` placed round-robin over the nodes. Actors take
+        no CPU from Ray's books (llama.cpp sizes its own threads), so they never wait for a free slot; with
+        --gpu-layers they share their node's GPUs (older Rays hide GPUs from actors that reserve none)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self.ray
+        nodes = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: n["NodeID"])
+        if not nodes:
+            raise UserError("--ray: the cluster has no live nodes")
+        count = count or len(nodes)
+        remote = ray.remote(PairActor)
+        actors = []
+        for i in range(count):
+            node = nodes[i % len(nodes)]
+            on_node = len(range(i % len(nodes), count, len(nodes)))
+            gpus = node_gpus(node, on_node) if options.gpu_layers else 0
+            name = f"relaxtui-eval-{os.getpid()}-{i}"
+            handle = remote.options(
+                name=name, num_cpus=0, num_gpus=gpus, max_restarts=0, max_task_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
+            ).remote(options, thinking)
+            actors.append(_Actor(name, handle, node.get("NodeManagerAddress", "?")))
+        try:
+            for actor, (host, error) in zip(actors, ray.get([a.handle.ready.remote() for a in actors]),
+                                            strict=True):
+                actor.node = host
+                if error is not None:
+                    raise UserError(f"--ray: on node {host}: {error}")
+        except self.ray.exceptions.RayActorError as exc:
+            self.actors = actors
+            self.close()
+            raise UserError(f"--ray: an actor failed to start: {_reason(exc)}") from None
+        except BaseException:
+            self.actors = actors
+            self.close()
+            raise
+        self.log(f"ray: {count} actor(s) on {len({a.node for a in actors})} node(s), each with the pair loaded")
+        return actors
+
+    def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
+        """The cost profile of the first actor's node (the run's default pricing)."""
+        return self.ray.get(self.start()[0].handle.measure_profile.remote(plan, sample))
+
+    def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
+            should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+        """Yield records as actors finish them. A unit whose actor is lost goes back to the front of the queue
+        for the others; a stop request returns at once and the units in flight are not recorded."""
+        if not units:
+            return
+        ray = self.ray
+        task_ref, plan_ref = ray.put(task), ray.put(plan)  # shipped once, not with every unit
+        queue = deque(units)
+        idle = list(self.start())
+        in_flight: dict[Any, tuple[_Actor, WorkUnit]] = {}
+
+        def submit() -> None:
+            while queue and idle:
+                actor, unit = idle.pop(0), queue.popleft()
+                in_flight[actor.handle.run.remote(task_ref, plan_ref, unit)] = (actor, unit)
+
+        submit()
+        while in_flight:
+            if should_stop():
+                return
+            finished, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
+            for ref in finished:
+                actor, unit = in_flight.pop(ref)
+                try:
+                    record = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    self._lose(actor, unit, exc)
+                    queue.appendleft(unit)
+                    if not idle and not in_flight:
+                        raise UserError(f"every Ray actor was lost; {len(queue)} unit(s) not run — the records so "
+                                        "far are kept, run the same command to resume") from None
+                    submit()
+                    continue
+                idle.append(actor)
+                submit()  # the actor gets its next unit before the driver spends time writing this one
+                yield record
+
+    def _lose(self, actor: _Actor, unit: WorkUnit, exc: BaseException) -> None:
+        self.actors.remove(actor)
+        self.ray.kill(actor.handle)  # an actor that was only unreachable must not come back half-way
+        self.log(f"ray: actor {actor.name} on {actor.node} lost ({_reason(exc)}); its unit "
+                 f"{unit.sample.id} seed {unit.seed} ({unit.point.label}) goes back on the queue, "
+                 f"{len(self.actors)} actor(s) left")
+
+    def close(self) -> None:
+        """Release every actor (and with it the models); the connection is the caller's to close."""
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor.handle)
+            except Exception:  # noqa: BLE001 - already gone is fine
+                pass
+        self.actors = []
+
+
+def node_gpus(node: dict[str, Any], actors_on_node: int) -> float:
+    """Each actor's share of its node's GPUs: whole GPUs while there are enough, else an even fraction of one."""
+    gpus = int(node.get("Resources", {}).get("GPU", 0))
+    if gpus == 0:
+        return 0
+    return gpus // actors_on_node if actors_on_node <= gpus else 1 / math.ceil(actors_on_node / gpus)
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a Ray error, without its traceback."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
