@@ -174,3 +174,18 @@ def test_parallel_bench_reports_every_k_and_mode_with_summed_throughput():
     for r in runs:
         assert r.output_tokens == 2 * 5 * r.k and r.tokens_per_s > 0 and r.per_sequence_tokens_per_s > 0
     assert runs[0].speedup_vs_k1 == 1.0 and runs[1].spec_vs_no_spec > 0 and runs[1].acceptance_rate == 1.0
+
+
+def test_time_the_caller_spends_between_results_is_not_decode_time(markov_pair):
+    """Scoring and writing a finished record happen while the other sequences wait: their decode time must not
+    grow by it (a fake clock that only the caller advances, by 100 s per result)."""
+    target, draft = markov_pair
+    now = [0.0]
+    jobs = [Job([i, i + 1], GenerationConfig(draft_max=2, max_tokens=4 + 3 * i, sampling=PLAIN, seed=i), tag=i)
+            for i in range(3)]
+    seen = []
+    for _, finished in generate_many(multi(target, 3), jobs, drafter=ModelDrafter(multi(draft, 3), VOCAB),
+                                     clock=lambda: now[0]):
+        seen.append(finished.metrics.decode_s)
+        now[0] += 100.0  # the caller's work
+    assert len(seen) == 3 and seen == [0.0, 0.0, 0.0]

@@ -102,6 +102,15 @@ def test_context_exhausted_mid_generation_keeps_output(capsys, test_model_path):
     assert finished["metrics"]["prompt_tokens"] + len(tokens) - 1 <= 64
 
 
+@pytest.mark.model
+def test_json_generation_ends_with_the_cost_line_when_c_rel_is_measured(capsys, test_model_path):
+    code = main(["generate", "Hi", "--verifier", str(test_model_path), "--drafter", str(test_model_path), "--json",
+                 "--measure-c-rel", "--max-tokens", "4", "--temperature", "0", "--ctx-size", "256"])
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["type"] for line in lines[-2:]] == ["finished", "cost"] and lines[-1]["c_rel"] > 0
+
+
 def test_every_option_of_every_command_has_a_help_line():
     import argparse
 

@@ -61,7 +61,10 @@ def test_extra_costs_of_a_measured_profile_are_priced():
     cost = 2 * (14 + 2 + 1) + 3.0 + 3 * 0.5 + 2.0
     assert priced_ms(profile, [1, 1], extra_draft_steps=1, full_rounds=1, output_tokens=3) == pytest.approx(cost)
     assert proxy_speedup(profile, 3, [1, 1], extra_draft_steps=1, full_rounds=1) == pytest.approx(3 * 10.5 / cost)
-    assert profile.break_even_length(1) == pytest.approx((14 + 2 + 1 + 0.5) / 10.5)
+    # break-even: (14 + 2 + 1) + L·0.5 = L·(10 + 0.5), so L = 17 / 10, and there the proxy speed-up is exactly 1
+    assert profile.break_even_length(1) == pytest.approx(17 / 10)
+    length = profile.break_even_length(1)
+    assert length * 10.5 / (17 + length * 0.5) == pytest.approx(1.0)
 
 
 def test_memory_bound_profile_and_its_c_rel():
@@ -85,6 +88,9 @@ def test_profile_files_round_trip_and_bad_files_are_one_clear_error(tmp_path):
         load_profile(str(bad))
     bad.write_text(json.dumps({"name": "x", "verifier_ar_ms": 1, "drafter_ms": 1, "verify_ms": {"2": "fast"}}))
     with pytest.raises(UserError, match="malformed cost profile"):
+        load_profile(str(bad))
+    bad.write_text('{"name": "x", "verifier_ar_ms": 10, "drafter_ms": 1, "verify_ms": {"2": 12}, "emit_ms": NaN}')
+    with pytest.raises(UserError, match="every time must be a finite number"):
         load_profile(str(bad))
     with pytest.raises(UserError, match="unknown cost profile 'gb300'"):
         load_profile("gb300")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -230,3 +231,13 @@ def test_the_run_is_problem_major_so_drift_hits_every_config_alike(tmp_path):
     configs = len({r["config_id"] for r in records})
     # each (problem, seed) runs under every config before the next one starts
     assert order == [pair for pair in dict.fromkeys(order) for _ in range(configs)]
+
+
+def test_sequences_per_context_are_part_of_the_run_identity():
+    from relaxtui.commands.eval import run_manifest
+    from relaxtui.session import ModelOptions
+
+    options = ModelOptions(verifier="v.gguf", drafter="d.gguf")
+    alone = run_manifest(get("aime"), options, PLAN, thinking=None, data=None)
+    batched = run_manifest(get("aime"), replace(options, parallel=4), PLAN, thinking=None, data=None)
+    assert "parallel" not in alone and batched == {**alone, "parallel": 4}

@@ -82,6 +82,6 @@ def test_parallel_zero_is_one_line(capsys, command):
 
 
 def test_parallel_beyond_the_context_is_one_line_with_the_largest_k(capsys, test_model_path, tmp_path):
-    fails_with(capsys, ["eval", "aime", "--limit", "1", "-m", str(test_model_path), "--drafter", "none",
+    fails_with(capsys, ["eval", "aime", "--limit", "1", "-m", str(test_model_path), "--drafter", str(test_model_path),
                         "--no-spec", "--out", str(tmp_path / "x"), "--parallel", "100000"],
                "--parallel 100000: the context holds at most")

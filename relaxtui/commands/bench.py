@@ -101,6 +101,10 @@ def run_parallel(args: argparse.Namespace) -> int:
         raise UserError(f"--draft-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
     if args.max_tokens < 1 or args.passes < 1:
         raise UserError("--max-tokens and --passes must be >= 1")
+    if not args.prompt and not 1 <= args.prompts <= len(BENCH_PROMPTS):
+        raise UserError(f"--prompts must be in 1..{len(BENCH_PROMPTS)} (got {args.prompts})")
+    if args.profile or args.save_profile is not None:
+        raise UserError("--profile and --save-profile go with the draft-length bench, not --parallel")
     options = replace(model_options(args), parallel=max(ks))
     params = sampling(args)
     pair = load_pair(options)

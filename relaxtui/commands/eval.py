@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     max_tokens = args.max_tokens or task.max_tokens
     if max_tokens < 1:
         raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
-    profiles_for_report(args.profile, None)  # an unknown or malformed profile fails before any model loads
+    for profile in profiles_for_report(args.profile, None):  # bad or too short profiles fail before models load
+        profile.round_cost_ms(max(args.draft_max))
     if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
         raise UserError(f"--ray-actors must be >= 1 and goes with --ray (got {args.ray_actors})")
     if args.ray is not None and args.parallel != 1:
@@ -162,7 +163,7 @@ def open_ray_executor(args: argparse.Namespace, options: ModelOptions, plan: Eva
     executor = RayExecutor(options, thinking, actors=args.ray_actors)
     try:
         path = store.directory / MEASURED_PROFILE
-        if not path.exists():
+        if not profile_covers(path, plan):
             executor.start()
             print("measuring the first actor's cost profile (once per run folder)…", file=sys.stderr, flush=True)
             path.write_text(executor.measure_profile(plan, samples[0]))
@@ -172,12 +173,18 @@ def open_ray_executor(args: argparse.Namespace, options: ModelOptions, plan: Eva
     return executor, executor.close
 
 
+def profile_covers(path: Path, plan: EvalPlan) -> bool:
+    """The run folder's measured profile exists and prices the longest block this run can verify."""
+    return path.exists() and max(plan.draft_max) + 1 in load_profile(str(path)).verify_ms
+
+
 def save_measured_profile(store: ResultsStore, pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> None:
     """Calibrate this machine (a few seconds) unless the run folder already has its profile."""
     path = store.directory / MEASURED_PROFILE
-    if path.exists():
+    if profile_covers(path, plan):
         return
-    print("measuring this machine's cost profile (once per run folder)…", file=sys.stderr, flush=True)
+    print("measuring this machine's cost profile (once per run folder, again when N grows)…", file=sys.stderr,
+          flush=True)
     path.write_text(measure_profile(pair, plan, prompt))
 
 
@@ -201,7 +208,10 @@ def run_manifest(task: Task, options: ModelOptions, plan: EvalPlan, *, thinking:
     Resuming with any of them changed is refused, naming the setting."""
     model_drafter = options.drafter and options.draft_kind == "model"
     params = plan.sampling
-    return {"task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
+    # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when K > 1,
+    # so one-at-a-time folders from before keep resuming)
+    batched = {"parallel": options.parallel} if options.parallel > 1 else {}
+    return {**batched, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
             "drafter": Path(options.drafter).name if model_drafter else options.draft_kind,
             "draft_kind": options.draft_kind,
             "ngram": [options.ngram_min, options.ngram_max] if options.draft_kind == "ngram" else None,

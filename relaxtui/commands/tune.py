@@ -61,10 +61,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
     profiles = profiles_for_report(args.profile, None)  # bad profiles fail before any model loads
     samples = task.load(args.data)[: args.limit]
+    if not samples:
+        raise UserError(f"{args.task}: no problems to run")
     params = sampling(args)
     out = args.out or Path("results") / f"tune-{args.task}"
     stop_requested = threading.Event()
-    all_records = []
+    groups: list[tuple[list, list[CostProfile]]] = []  # per drafter: its records and the profiles pricing them
     for position, drafter in enumerate(args.drafters):
         is_ngram = drafter == "ngram"
         args.drafter, args.draft_kind = (None, "ngram") if is_ngram else (drafter, "model")
@@ -78,10 +80,11 @@ def run(args: argparse.Namespace) -> int:
         store.open_run(manifest, run_environment(task))
         pair = load_pair(options)
         tokenize = sample_tokenizer(pair.verifier)
-        save_measured_profile(store, pair, EvalPlan(rules=("strict",), draft_max=(max(args.draft_max),),
+        longest = max(*args.draft_max, args.relaxed_n or 0, 3)  # 3: the relaxed N when no strict N ran yet
+        save_measured_profile(store, pair, EvalPlan(rules=("strict",), draft_max=(longest,),
                                                     max_tokens=args.max_tokens, sampling=params), tokenize(samples[0]))
-        if not args.profile and position == 0:
-            profiles = profiles_for_report([], store.directory)  # this machine, as just measured
+        # each drafter is priced by its own measured costs (an n-gram drafter costs nothing a model does)
+        drafter_profiles = profiles if args.profile else profiles_for_report([], store.directory)
         progress = ProgressBar(sys.stderr)
         previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
         try:
@@ -89,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
                               repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
             run_eval(task, samples, strict, manifest, store, pair.verifier, pair.drafter, tokenize,
                      on_sample=progress.update, should_stop=stop_requested.is_set)
-            relaxed_n = args.relaxed_n or _best_strict_n([*all_records, *store.records()],
-                                                         profiles[0] if profiles else None)
+            relaxed_n = args.relaxed_n or _best_strict_n(list(store.records()),
+                                                         drafter_profiles[0] if drafter_profiles else None)
             for rule in args.rule:
                 knobs = tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2]
                 plan = EvalPlan(rules=(rule,), alphas=knobs, draft_max=(relaxed_n,), no_spec=False,
@@ -104,11 +107,13 @@ def run(args: argparse.Namespace) -> int:
         if stop_requested.is_set():
             print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
             return 130
-        for record in store.records():
+        records = list(store.records())
+        for record in records:
             if len(args.drafters) > 1 and record["config"]["rule"] is not None:
                 record["config"]["label"] += f" [{stem}]"
-            all_records.append(record)
-    summaries = summarise(all_records, profiles)
+        groups.append((records, drafter_profiles))
+    summaries = summarise_drafters(groups)
+    profiles = groups[0][1]
     title = f"tune {task.name} (K={len(samples)}) — {manifest['verifier']}"
     print(title)
     print(render_table(summaries))
@@ -118,6 +123,17 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(advice.lines()))
     print(f"\nresults, summary.md and pareto.png in {out}")
     return 0
+
+
+def summarise_drafters(groups: list[tuple[list, list[CostProfile]]]) -> list:  # type: ignore[type-arg]
+    """Each drafter's configs against its own strict runs, priced by its own profiles; the verifier-alone
+    baseline (run with the first drafter) is shared by all."""
+    baseline = [r for r in groups[0][0] if r["config"]["rule"] is None]
+    summaries = []
+    for position, (records, profiles) in enumerate(groups):
+        rows = records if position == 0 else [*baseline, *records]
+        summaries += [s for s in summarise(rows, profiles) if position == 0 or s.rule is not None]
+    return summaries
 
 
 def _best_strict_n(records, profile: CostProfile | None) -> int:  # type: ignore[no-untyped-def]

@@ -53,7 +53,8 @@ def predicted_speedup(costs: LoopCosts, rates: Sequence[float], n: int) -> float
 
 def break_even_length(costs: LoopCosts, n: int) -> float:
     """Mean accepted length (tokens per round) that draft length n needs to match the verifier alone here."""
-    return (costs.round_s(n) + costs.emit_s) / costs.ar_step_s
+    # a round of L tokens costs round_s + L·emit, the verifier alone L·(verify_1 + emit): emission cancels
+    return costs.round_s(n) / costs.verify_s[0]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ speculative path's fixed overhead, not proportional to k; above the largest it i
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +49,10 @@ class CostProfile:
         if self.pricing not in PRICING_MODES:
             raise UserError(f"profile {self.name!r}: pricing must be one of {', '.join(PRICING_MODES)} "
                             f"(got {self.pricing!r})")
+        numbers = [self.verifier_ar_ms, self.drafter_ms, self.draft_round_ms, self.resync_ms, self.emit_ms,
+                   *self.verify_ms.values()]
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in numbers):
+            raise UserError(f"profile {self.name!r}: every time must be a finite number of milliseconds")
         if not (self.verifier_ar_ms > 0 and self.drafter_ms >= 0):
             raise UserError(f"profile {self.name!r}: verifier_ar_ms must be > 0 and drafter_ms >= 0")
         if min(self.draft_round_ms, self.resync_ms, self.emit_ms) < 0:
@@ -87,7 +92,8 @@ class CostProfile:
     def break_even_length(self, drafts: int) -> float:
         """The mean accepted length (tokens per round) at which rounds of ``drafts`` tokens match the verifier
         alone: below it speculation is slower here."""
-        return (self.round_cost_ms(drafts) + self.emit_ms) / (self.verifier_ar_ms + self.emit_ms)
+        # a round of L tokens costs round + L·emit, the verifier alone L·(t_AR + emit): emission cancels
+        return self.round_cost_ms(drafts) / self.verifier_ar_ms
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -108,11 +108,19 @@ def generate_many(verifier: MultiBackend, jobs: Iterable[Job], *, drafter: Draft
                 slot.finish = slot.finish or "stopped"
         else:
             _round(verifier, drafter_model, [s for s in live if s.finish is None], clock)
-        for slot in [s for s in live if s.finish is not None]:
+        ended = [s for s in live if s.finish is not None]
+        results = [(slot.job, _finished(slot, clock)) for slot in ended]  # timed before the caller gets any
+        for slot in ended:
             live.remove(slot)
             free.append(slot.seq)
             stopping = stopping or slot.finish == "stopped"
-            yield slot.job, _finished(slot, clock)
+        for result in results:
+            handed = clock()
+            yield result
+            # what the caller did meanwhile (scoring, writing records) is not the live sequences' decode time
+            away = clock() - handed
+            for slot in live:
+                slot.started += away
 
 
 def _slot_drafters(drafter: Drafter | None, n_seq: int) -> list[Drafter | None]:

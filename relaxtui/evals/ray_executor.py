@@ -224,6 +224,10 @@ class RayExecutor:
                 actor, unit = in_flight.pop(ref)
                 try:
                     record = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:  # the unit itself failed on a healthy actor
+                    cause = getattr(exc, "cause", None) or exc
+                    raise UserError(f"--ray: unit {unit.sample.id} seed {unit.seed} ({unit.point.label}) failed on "
+                                    f"{actor.node}: {_reason(cause)}") from None
                 except ray.exceptions.RayActorError as exc:
                     self._lose(actor, unit, exc)
                     queue.appendleft(unit)

@@ -102,7 +102,7 @@ def problems_to_resolve(difference: PairedDifference, max_drop: float) -> int | 
     A spread of zero (every pair tied) is taken as if one pair disagreed, so a handful of ties never reads
     as proof."""
     interval = difference.interval
-    if interval.n == 0 or math.isnan(interval.mean) or interval.mean <= -max_drop:
+    if interval.n == 0 or math.isnan(interval.mean) or interval.mean < -max_drop:
         return None
     n = max(interval.n, 1)
     sd = interval.sd if not math.isnan(interval.sd) else 1.0
