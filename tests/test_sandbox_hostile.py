@@ -177,8 +177,14 @@ time.sleep({linger})
 """
 
 
-def test_process_spawning_is_capped_by_the_process_limit():
+@pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces-if-available", "without-namespaces"])
+def test_process_spawning_is_capped_by_the_process_limit(namespaces, monkeypatch):
     require("nproc_limit")
+    if not namespaces:  # the launcher is the only extra task then: the cap must still hold exactly
+        plan = sandbox_run.current_plan().without_namespaces()
+        if plan.nproc_mode != "cgroup":
+            pytest.skip("no pids cgroup here to cap processes without namespaces")
+        monkeypatch.setattr(sandbox_run, "current_plan", lambda: plan)
     marker, limit = new_marker(), 16
     result = run_python(SPAWNER.format(attempts=300, marker=marker, linger=0), timeout_s=20, max_processes=limit)
     try:

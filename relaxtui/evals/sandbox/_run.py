@@ -27,8 +27,11 @@ DEFAULT_MAX_PROCESSES = 64  # tasks at once, the program included (threads count
 MAX_OUTPUT_BYTES = 1 << 20  # kept per stream; the rest is read and counted, never stored
 OUTPUT_KILL_BYTES = 32 << 20  # a program that writes more than this in all is killed ("output limit")
 FILE_SIZE_BYTES = 16 << 20
+# The interpreter the program runs under, by its real path: a virtualenv's bin/python is a link that may live
+# under /tmp (a clone in /tmp, CI), which the private /tmp hides; programs need only the standard library.
+PROGRAM_PYTHON = os.path.realpath(sys.executable)
 TMPFS_SIZE, WORKDIR_SIZE = "32m", "64m"  # private /tmp and /dev/shm; the work dir
-LAUNCHER_TASKS = 2  # the launcher and the namespace's init share the task budget
+LAUNCHER_TASKS = 2  # the launcher and the namespace's init share the task budget (the launcher alone without one)
 DRAIN_S = 1.0  # after the launcher is gone (and the run swept), how long output may still arrive
 KILL_WAIT_S = 1.0  # after a kill, how long the launcher may take to die before we stop waiting
 WATCHDOG_PERIOD_S = 0.1
@@ -313,7 +316,7 @@ def execute(code: str, *, plan: Plan, stdin: str = "", timeout_s: float = DEFAUL
             ) -> tuple[RunResult, _Status]:
     """Run ``code`` under ``plan``; the result and what the launcher reported."""
     started, token = time.monotonic(), secrets.token_hex(8)
-    max_tasks = max_processes + LAUNCHER_TASKS
+    max_tasks = max_processes + (LAUNCHER_TASKS if "pid_ns" in plan.namespaces else LAUNCHER_TASKS - 1)
     with tempfile.TemporaryDirectory(prefix="relaxtui-sandbox-", ignore_cleanup_errors=True) as workdir:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
         Path(workdir, "_guard.py").write_text(GUARD, encoding="utf-8")
@@ -350,7 +353,7 @@ def _config(plan: Plan, workdir: str, cgroup: _procs.PidsCgroup | None, timeout_
               "RLIMIT_CORE": 0}
     if plan.nproc_rlimit:
         limits["RLIMIT_NPROC"] = max_tasks
-    return {"workdir": workdir, "argv": [sys.executable, "-I", "_guard.py"], "namespaces": list(plan.namespaces),
+    return {"workdir": workdir, "argv": [PROGRAM_PYTHON, "-I", "_guard.py"], "namespaces": list(plan.namespaces),
             "require": sorted(plan.steps), "cgroup": str(cgroup.path) if cgroup else None, "limits": limits,
             "tmpfs_size": TMPFS_SIZE, "workdir_size": WORKDIR_SIZE}
 
