@@ -18,7 +18,7 @@ from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.rules import make
 from tests.conftest import VOCAB
-from tests.test_loop_fake import GREEDY, PLAIN, cycle_table, exact_two_step
+from tests.test_loop_fake import GREEDY, PLAIN, assert_two_step_law, cycle_table
 
 
 def multi(table: np.ndarray, n_seq: int, **kwargs) -> FakeBackend:
@@ -63,12 +63,7 @@ def test_strict_parallel_loop_emits_the_verifier_distribution(markov_pair):
             for seed in range(runs))
     counts = Counter(finished.token_ids[:2] for finished in
                      run_many(multi(target, 8), jobs, ModelDrafter(multi(draft, 8), VOCAB)).values())
-    expected = exact_two_step(target, 0)
-    observed = np.zeros_like(expected)
-    for (a, b), c in counts.items():
-        observed[a, b] = c / runs
-    tolerance = 5 * np.sqrt(expected * (1 - expected) / runs) + 0.002
-    assert np.all(np.abs(observed - expected) <= tolerance), np.abs(observed - expected).max()
+    assert_two_step_law(counts, target, runs)
 
 
 # -- batches ----------------------------------------------------------------------------------------------------
