@@ -46,7 +46,7 @@ def test_pair_measures_a_compatible_copy_and_rejects_others_from_the_header(tmp_
     assert verifier_step is not None and verifier_step > 0
     assert [c.path.name for c in results] == ["twin.gguf", "junk.gguf", "other-vocab.gguf"]  # itself is skipped
     twin_result, junk_result, other_result = results
-    assert twin_result.reason is None and 0.2 < twin_result.c_rel < 5.0
+    assert twin_result.reason is None and twin_result.c_rel > 0  # a timing: no bound a loaded machine might break
     assert "bad magic" in junk_result.reason
     assert other_result.reason.endswith("has 49152 tokens, other-vocab.gguf 3 (more than 128 apart)")
 
