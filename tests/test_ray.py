@@ -151,27 +151,51 @@ def test_actors_share_their_nodes_gpus():
     assert shares == [0, 2, 1, 2, 0.5, 0.5]
 
 
+def test_actors_with_k_sequences_take_an_even_share_of_the_queue_up_to_4k():
+    pytest.importorskip("ray")
+    from relaxtui.evals.ray_executor import RayExecutor
+    from relaxtui.session import ModelOptions
+
+    def batch(parallel, actors, queued):
+        executor = RayExecutor(ModelOptions(parallel=parallel), thinking=None)
+        executor.actors = [None] * actors  # type: ignore[list-item]
+        return executor._batch_size(queued)
+
+    assert [batch(1, 2, 60), batch(16, 2, 60), batch(16, 1, 600), batch(4, 3, 7), batch(4, 3, 1)] == [1, 30, 64, 3, 1]
+
+
 # -- a real one-machine cluster -------------------------------------------------------------------------------------
 @pytest.mark.model
-def test_two_actors_give_the_records_of_the_local_runner(capsys, tmp_path, test_model_path, ray_head, fresh_driver):
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_two_actors_give_the_records_of_the_local_runner(capsys, tmp_path, test_model_path, ray_head, fresh_driver,
+                                                         parallel):
+    """The same records as a local run of the same command; with --parallel 2 each actor decodes 2 sequences at
+    once (the local run too), and both halves of the run hand their actors whole batches."""
     local, remote = priced_already(tmp_path / "local"), tmp_path / "ray"
-    assert main(eval_argv(test_model_path, local, "--limit", "2")) == 0
-    assert main(eval_argv(test_model_path, remote, "--limit", "2", "--ray", ray_head, "--ray-actors", "2")) == 0
+    limit = "2" if parallel == "1" else "4"  # 2 configs x 2 or 4 problems: 2 units per actor, or 4 in 2 waves
+    assert main(eval_argv(test_model_path, local, "--limit", limit, "--parallel", parallel)) == 0
+    assert main(eval_argv(test_model_path, remote, "--limit", limit, "--parallel", parallel, "--ray", ray_head,
+                          "--ray-actors", "2")) == 0
     err = capsys.readouterr().err
-    assert "ray: 2 actor(s) on 1 node(s)" in err and "4/4 ETA" in err  # progress as for local runs
+    units = 2 * int(limit)
+    assert "ray: 2 actor(s) on 1 node(s)" in err and f"{units}/{units} ETA" in err  # progress as for local runs
+    assert ("2 sequences each" in err) == (parallel == "2")
     by_key = {(r["config_id"], r["problem_id"], r["seed"]): r for r in records(local)}
     got = {(r["config_id"], r["problem_id"], r["seed"]): r for r in records(remote)}
-    assert len(got) == len(by_key) == 4 and got.keys() == by_key.keys()  # same run identity, same config ids
-    for key, record in got.items():  # greedy: the same tokens, whichever process made them
+    assert len(got) == len(by_key) == units and got.keys() == by_key.keys()  # same run identity, same config ids
+    for key, record in got.items():  # greedy: the same tokens, whichever process made them (batched or not)
         assert record["output"] == by_key[key]["output"] and record["output_tokens"] == by_key[key]["output_tokens"]
     assert json.loads((remote / MEASURED_PROFILE).read_text())["verifier_ar_ms"] > 0  # measured on an actor
-    assert main(eval_argv(test_model_path, remote, "--limit", "2", "--ray", ray_head)) == 0  # resume: nothing to do
-    assert len(records(remote)) == 4 and "actor(s)" not in capsys.readouterr().err  # and no model loaded for it
+    assert main(eval_argv(test_model_path, remote, "--limit", limit, "--parallel", parallel, "--ray", ray_head)) == 0
+    assert len(records(remote)) == units and "actor(s)" not in capsys.readouterr().err  # resume: nothing to do
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("parallel", ["1", "2"])
 def test_a_killed_actor_loses_and_duplicates_nothing(capsys, monkeypatch, tmp_path, test_model_path, ray_head,
-                                                     fresh_driver):
+                                                     fresh_driver, parallel):
+    """Killed after the first record: with one sequence per actor both actors have a unit in flight then; with 2,
+    each actor took 4 units (2 waves of 2), so the killed one has at least 2 that sent no record."""
     import ray
 
     out = priced_already(tmp_path / "ray")
@@ -186,8 +210,10 @@ def test_a_killed_actor_loses_and_duplicates_nothing(capsys, monkeypatch, tmp_pa
             killed.append(name)
 
     monkeypatch.setattr(eval_command.ProgressBar, "update", kill_one_actor_after_the_first_record)
-    assert main(eval_argv(test_model_path, out, "--limit", "2", "--ray", ray_head, "--ray-actors", "2")) == 0
+    limit = "2" if parallel == "1" else "4"
+    assert main(eval_argv(test_model_path, out, "--limit", limit, "--parallel", parallel, "--ray", ray_head,
+                          "--ray-actors", "2")) == 0
     err = capsys.readouterr().err
-    assert killed and f"ray: actor {killed[0]} on" in err and "goes back on the queue, 1 actor(s) left" in err, err
+    assert killed and f"ray: actor {killed[0]} on" in err and "back on the queue, 1 actor(s) left" in err, err
     keys = [(r["config_id"], r["problem_id"], r["seed"]) for r in records(out)]
-    assert len(keys) == len(set(keys)) == 4  # 2 configs x 2 problems: all there, none twice
+    assert len(keys) == len(set(keys)) == 2 * int(limit)  # 2 configs x the problems: all there, none twice

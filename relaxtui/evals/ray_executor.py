@@ -1,11 +1,13 @@
 """Work units on a Ray cluster: the driver owns the queue and the results file, actors own the models.
 
-Each actor loads the verifier/drafter pair once (by path or name, resolved on its own node) and turns one work
-unit at a time into a record with the same prompt tokens, config and rule as the local runner. The driver
-hands a unit to every idle actor, streams records back as they finish (``ray.wait``), and alone appends them
-to the store, so resume and deduplication stay in :func:`relaxtui.evals.runner.run_units`. A lost actor (its
-node died, its process crashed, someone killed it) is dropped and its unfinished unit goes back on the queue
-for another actor: at-most-once per actor, at-least-once per unit, and the driver keeps the first record.
+Each actor loads the verifier/drafter pair once (by path or name, resolved on its own node) and turns work units
+into records with the same prompt tokens, config and rule as the local runner, through the same executor: one
+unit at a time, or with ``--parallel K`` K units at once in its contexts. The driver hands every idle actor a
+batch (one unit, or a share of the queue when the actor holds K sequences), streams records back as they finish
+(``ray.wait`` on the actors' generators), and alone appends them to the store, so resume and deduplication stay
+in :func:`relaxtui.evals.runner.run_units`. A lost actor (its node died, its process crashed, someone killed
+it) is dropped and the units of its batch that sent no record go back on the queue for another actor:
+at-most-once per actor, at-least-once per unit, and the driver keeps the first record.
 
 Ray is an optional extra (``pip install 'relaxtui[cluster]'``) and is imported only when ``--ray`` is given.
 """
@@ -25,13 +27,14 @@ from types import ModuleType
 from typing import Any
 
 from relaxtui.errors import UserError
-from relaxtui.evals.runner import EvalPlan, WorkUnit, make_record, unit_config
+from relaxtui.evals.runner import EvalPlan, WorkUnit
 from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.session import ModelOptions
 
 INSTALL_HINT = "pip install 'relaxtui[cluster]'"
 CONNECT_TIMEOUT_S = 3.0  # a head node that does not answer a TCP connect in this long is not there
 POLL_S = 0.5  # how often the driver looks up from ray.wait to honour a stop request
+BATCH_PER_SEQUENCE = 4  # an actor holding K sequences takes up to 4K units per call: its slots refill in place
 
 
 def require_ray() -> ModuleType:
@@ -91,13 +94,14 @@ class PairActor:
 
     def __init__(self, options: ModelOptions, thinking: bool | None) -> None:
         from relaxtui.commands.eval import sample_tokenizer
+        from relaxtui.evals.runner import local_executor
         from relaxtui.session import load_pair
 
         self.error: str | None = None
-        self._prompts: dict[str, list[int]] = {}
         try:
-            self.pair = load_pair(options)
+            self.pair = load_pair(options)  # with --parallel K, contexts that hold K sequences
             self.tokenize = sample_tokenizer(self.pair.verifier, thinking=thinking)
+            self.executor = local_executor(self.pair.verifier, self.pair.drafter, self.tokenize)
         except UserError as exc:  # e.g. the model is not on this node: said by the driver, with the node
             self.error = str(exc)
 
@@ -105,22 +109,10 @@ class PairActor:
         """This node's name, and why the pair did not load (None when it did)."""
         return socket.gethostname(), self.error
 
-    def run(self, task: Task, plan: EvalPlan, unit: WorkUnit) -> dict[str, Any]:
-        """One unit to its record, exactly as the local runner makes it."""
-        from relaxtui.decoding.events import Finished
-        from relaxtui.decoding.loop import generate
-
-        prompt = self._prompts.get(unit.sample.id)
-        if prompt is None:
-            prompt = self._prompts[unit.sample.id] = self.tokenize(unit.sample)
-        config, rule = unit_config(plan, unit)
-        drafter = self.pair.drafter if unit.point.rule else None
-        finished = None
-        for event in generate(self.pair.verifier, prompt, config, drafter=drafter, rule=rule):
-            if isinstance(event, Finished):
-                finished = event
-        assert finished is not None
-        return make_record(task, unit, finished)
+    def run(self, task: Task, plan: EvalPlan, units: list[WorkUnit]) -> Iterator[dict[str, Any]]:
+        """Each unit's record as it finishes (a Ray generator: streamed to the driver one by one), made by the
+        local runner's own executor: one at a time, or K at once in this actor's contexts."""
+        yield from self.executor.run(task, plan, units, should_stop=lambda: False)
 
     def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
         """This node's cost profile as JSON, for the driver to save with the run."""
@@ -137,12 +129,13 @@ class _Actor:
 
 
 class RayExecutor:
-    """An :class:`~relaxtui.evals.runner.Executor` over Ray actors, one unit in flight per actor."""
+    """An :class:`~relaxtui.evals.runner.Executor` over Ray actors, one batch of units in flight per actor."""
 
     def __init__(self, options: ModelOptions, thinking: bool | None, actors: int | None = None,
                  log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
         self.ray = require_ray()
         self.log = log
+        self.sequences = options.parallel  # each actor's K
         self._start_args = (shipped_options(options), thinking, actors)
         self.actors: list[_Actor] = []
         self.started = False
@@ -191,7 +184,9 @@ class RayExecutor:
             self.actors = actors
             self.close()
             raise
-        self.log(f"ray: {count} actor(s) on {len({a.node for a in actors})} node(s), each with the pair loaded")
+        per_actor = f", {self.sequences} sequences each" if self.sequences > 1 else ""
+        self.log(f"ray: {count} actor(s) on {len({a.node for a in actors})} node(s), each with the pair "
+                 f"loaded{per_actor}")
         return actors
 
     def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
@@ -200,51 +195,76 @@ class RayExecutor:
 
     def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
             should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
-        """Yield records as actors finish them. A unit whose actor is lost goes back to the front of the queue
-        for the others; a stop request returns at once and the units in flight are not recorded."""
+        """Yield records as actors finish them. The units of a lost actor's batch that sent no record go back to
+        the front of the queue for the others; a stop request returns at once and units in flight are not
+        recorded."""
         if not units:
             return
         ray = self.ray
-        task_ref, plan_ref = ray.put(task), ray.put(plan)  # shipped once, not with every unit
+        task_ref, plan_ref = ray.put(task), ray.put(plan)  # shipped once, not with every batch
         queue = deque(units)
         idle = list(self.start())
-        in_flight: dict[Any, tuple[_Actor, WorkUnit]] = {}
+        in_flight: dict[Any, tuple[_Actor, dict[tuple[str, str, int], WorkUnit]]] = {}  # generator -> batch
 
         def submit() -> None:
+            size = self._batch_size(len(queue))  # the share is worked out once, for every idle actor alike
             while queue and idle:
-                actor, unit = idle.pop(0), queue.popleft()
-                in_flight[actor.handle.run.remote(task_ref, plan_ref, unit)] = (actor, unit)
+                actor = idle.pop(0)
+                batch = [queue.popleft() for _ in range(min(len(queue), size))]
+                in_flight[actor.handle.run.remote(task_ref, plan_ref, batch)] = (actor, {u.key: u for u in batch})
 
         submit()
         while in_flight:
             if should_stop():
                 return
-            finished, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
-            for ref in finished:
-                actor, unit = in_flight.pop(ref)
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
+            for stream in ready:
+                actor, pending = in_flight[stream]
                 try:
-                    record = ray.get(ref)
-                except ray.exceptions.RayTaskError as exc:  # the unit itself failed on a healthy actor
+                    record = ray.get(next(stream))
+                except StopIteration:  # the batch is done: the actor takes the next one
+                    del in_flight[stream]
+                    idle.append(actor)
+                    submit()
+                    continue
+                except ray.exceptions.RayTaskError as exc:  # a unit itself failed on a healthy actor
                     cause = getattr(exc, "cause", None) or exc
-                    raise UserError(f"--ray: unit {unit.sample.id} seed {unit.seed} ({unit.point.label}) failed on "
-                                    f"{actor.node}: {_reason(cause)}") from None
-                except ray.exceptions.RayActorError as exc:
-                    self._lose(actor, unit, exc)
-                    queue.appendleft(unit)
-                    if not idle and not in_flight:
+                    labels = [f"{u.sample.id} seed {u.seed} ({u.point.label})" for u in pending.values()]
+                    more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
+                    raise UserError(f"--ray: a unit failed on {actor.node} (one of: {', '.join(labels[:3])}{more}): "
+                                    f"{_reason(cause)}") from None
+                except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
+                    # the actor died, or a large record died with its node: redo what sent no record
+                    del in_flight[stream]
+                    self._lose(actor, list(pending.values()), exc)
+                    queue.extendleft(reversed(pending.values()))
+                    if queue and not idle and not in_flight:
                         raise UserError(f"every Ray actor was lost; {len(queue)} unit(s) not run — the records so "
                                         "far are kept, run the same command to resume") from None
                     submit()
                     continue
-                idle.append(actor)
-                submit()  # the actor gets its next unit before the driver spends time writing this one
+                pending.pop((record["config_id"], record["problem_id"], record["seed"]), None)
                 yield record
 
-    def _lose(self, actor: _Actor, unit: WorkUnit, exc: BaseException) -> None:
+    def _batch_size(self, queued: int) -> int:
+        """Units per call. One-sequence actors take one at a time (a lost actor costs one unit, and the queue
+        stays even); an actor with K sequences takes an even share of the queue, up to 4K, so its finished slots
+        refill in place and the other actors still get work."""
+        if self.sequences == 1:
+            return 1
+        share = math.ceil(queued / max(1, len(self.actors)))
+        return max(1, min(share, BATCH_PER_SEQUENCE * self.sequences))
+
+    def _lose(self, actor: _Actor, units: list[WorkUnit], exc: BaseException) -> None:
         self.actors.remove(actor)
         self.ray.kill(actor.handle)  # an actor that was only unreachable must not come back half-way
-        self.log(f"ray: actor {actor.name} on {actor.node} lost ({_reason(exc)}); its unit "
-                 f"{unit.sample.id} seed {unit.seed} ({unit.point.label}) goes back on the queue, "
+        if not units:  # it died after sending every record of its batch
+            what = "it had nothing left to redo"
+        elif len(units) == 1:
+            what = f"its unit {units[0].sample.id} seed {units[0].seed} ({units[0].point.label}) goes back on the queue"
+        else:
+            what = f"its {len(units)} unfinished units go back on the queue"
+        self.log(f"ray: actor {actor.name} on {actor.node} lost ({_reason(exc)}); {what}, "
                  f"{len(self.actors)} actor(s) left")
 
     def close(self) -> None:
