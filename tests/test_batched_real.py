@@ -69,3 +69,24 @@ def test_rejecting_a_first_draft_leaves_the_neighbours_cache_bit_identical(test_
             return model.decode_many([SeqDecode(0, [14], [0]), SeqDecode(1, [23], [0])])[1]
 
     assert np.array_equal(next_logits(reject=True), next_logits(reject=False))
+
+
+@pytest.mark.model
+def test_a_copied_prompt_gives_the_logits_of_a_fresh_prefill(test_model_path):
+    """share_prefix copies a whole KV stream and trims it, the data copy queued until the next decode: each copy
+    must be the prompt's cells and nothing else, bit for bit — sequence 0 has moved on past the prompt, sequence
+    2 held other text, and the second copy's source (1) is itself a copy still waiting to happen."""
+    with LlamaModel(test_model_path, n_ctx=128, n_seq=4) as model:
+        prompt = model.tokenize("The quick brown fox jumps over")
+        model.sequence(0).decode(prompt[:-1])
+        model.sequence(0).decode([prompt[-1], 11, 12])
+        model.sequence(2).decode(model.tokenize("Unrelated words that fill the cache"))
+        model.share_prefix(0, 1, len(prompt) - 1)
+        model.share_prefix(1, 2, len(prompt) - 1)
+        copies = [model.sequence(seq).decode([prompt[-1], 40], [0, 1]) for seq in (1, 2)]
+        model.sequence(3).decode(prompt[:-1])
+        fresh = model.sequence(3).decode([prompt[-1], 40], [0, 1])
+        assert [list(model.tokens_of(seq)) for seq in (1, 2, 3)] == [[*prompt, 40]] * 3
+        assert list(model.tokens_of(0)) == [*prompt, 11, 12]
+        for copied in copies:
+            assert np.array_equal(copied, fresh)

@@ -54,6 +54,7 @@ class MultiBackend(Backend, Protocol):
     def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]: ...  # one [rows, vocab] per item
     def rollback_seq(self, seq: int, position: int) -> None: ...
     def clear_seq(self, seq: int) -> None: ...
+    def share_prefix(self, src: int, dst: int, length: int) -> None: ...  # dst := src's first `length` tokens
 
 
 class SequenceView:
@@ -119,6 +120,7 @@ class FakeBackend:
         self.decode_seconds = 0.0
         self.decode_calls: list[int] = []  # batch sizes, so tests can check "one verifier batch per round"
         self.batches: list[tuple[tuple[int, int], ...]] = []  # (seq, tokens) of every batch, in order
+        self.shared: list[tuple[int, int, int]] = []  # (src, dst, length) of every prompt copied between sequences
 
     @property
     def cached(self) -> list[int]:
@@ -167,6 +169,12 @@ class FakeBackend:
 
     def clear_seq(self, seq: int) -> None:
         self.caches[seq].clear()
+
+    def share_prefix(self, src: int, dst: int, length: int) -> None:
+        if src == dst or length > len(self.caches[src]):
+            raise ValueError(f"cannot share {length} tokens of sequence {src} with sequence {dst}")
+        self.caches[dst][:] = self.caches[src][:length]
+        self.shared.append((src, dst, length))
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog

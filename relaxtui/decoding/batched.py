@@ -25,7 +25,7 @@ from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafters import Draft, Drafter, ModelDrafter, fit_vocab, propose
 from relaxtui.decoding.events import Finished, RoundTiming
 from relaxtui.decoding.loop import DraftLength, GenerationConfig, build_metrics, check_request
-from relaxtui.decoding.prefill import prefill
+from relaxtui.decoding.prefill import prefill, reusable
 from relaxtui.decoding.sampling import spawn_generators
 from relaxtui.engine.text import StreamDecoder
 from relaxtui.errors import UserError
@@ -142,8 +142,12 @@ def _start(verifier: MultiBackend, seq: int, job: Job, drafter: Drafter | None,
     draft_rng, accept_rng = spawn_generators(config.seed)
     draft_max = config.draft_max if drafter is not None else 0
     started = clock()
+    copy_cached_prompt(view, prompt[:-1])
     decoded, prefilled = prefill(view, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
+    drafter_view = getattr(drafter, "model", None)
     if prefilled and drafter is not None:
+        if isinstance(drafter_view, SequenceView):
+            copy_cached_prompt(drafter_view, prompt[:-1])
         prefilled = drafter.begin(prompt, reuse=config.reuse, should_stop=should_stop)
     now = clock()
     return _Slot(job, rule, view, drafter, prompt, draft_rng, accept_rng,
@@ -151,6 +155,22 @@ def _start(verifier: MultiBackend, seq: int, job: Job, drafter: Drafter | None,
                  prefill_s=now - started, prefill_decoded=decoded, started=now,
                  llama_before=_llama_seconds(verifier, getattr(drafter, "model", None)),
                  finish=None if prefilled else "stopped")
+
+
+def copy_cached_prompt(view: SequenceView, prefix: Sequence[int]) -> None:
+    """Take a prompt another sequence already holds (the same problem under another config or seed: an eval
+    plan puts them side by side) by copying its KV instead of prefilling it again. When that sequence
+    prefilled the same prompt, the copied cells are the ones a fresh prefill makes, so outputs do not change
+    (the guarantee and the limits of "exact" reuse, which also matches by tokens); on a CPU, where a prompt
+    token costs about what an output token does, this saves most of a grid's prefill."""
+    if not prefix or reusable(view.cached_tokens, prefix, "exact"):
+        return  # nothing to do, or this sequence's own cache already holds it
+    model, n = view.model, len(prefix)
+    for other in range(model.n_seq):
+        cached = model.tokens_of(other)
+        if other != view.seq and len(cached) >= n and list(cached[:n]) == list(prefix):
+            model.share_prefix(other, view.seq, n)
+            return
 
 
 def _round(verifier: MultiBackend, drafter_model: Backend | None, live: list[_Slot],

@@ -239,6 +239,19 @@ class LlamaModel:
         _llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
         self._seqs[seq].clear()
 
+    def share_prefix(self, src: int, dst: int, length: int) -> None:
+        """Make sequence ``dst`` hold the first ``length`` cached tokens of ``src`` without decoding them (a
+        prompt another sequence already prefilled). Each sequence has its own KV stream and llama.cpp copies
+        only whole streams: copy it all, then drop the rest. The data copy runs at the start of the next decode
+        on this context (a memcpy of the stream, ~0.1 s for the 1.5B verifier at 4096 tokens per sequence, which
+        that decode's time includes) — against seconds of prefill on a CPU."""
+        if src == dst or length > len(self._seqs[src]):
+            raise ValueError(f"cannot share {length} tokens of sequence {src} with sequence {dst}")
+        _llama.llama_memory_seq_cp(self._memory, src, dst, -1, -1)  # replaces all of dst's cells
+        if not _llama.llama_memory_seq_rm(self._memory, dst, length, -1):
+            raise RuntimeError("llama.cpp cannot trim a copied sequence of this model (recurrent memory)")
+        self._seqs[dst][:] = self._seqs[src][:length]  # in place: cached_tokens hands out this list
+
     def close(self) -> None:
         if getattr(self, "_ctx", None):
             _llama.llama_batch_free(self._batch)
