@@ -110,6 +110,25 @@ def test_report_json_contract(capsys, run_folder):
         assert (run_folder / name).exists()
 
 
+def test_a_parallel_run_reports_no_wall_clock_speed_up_but_keeps_the_proxy(capsys, tmp_path):
+    """With --parallel K a verifier-alone sequence waits for its batch-mates' drafts, so per-pair tokens/s
+    ratios say nothing about the configs (a K=16 math500 run showed strict at "2.6x" the verifier alone): the
+    report leaves the measured column out and says why; the proxy, from each config's own rounds, stays."""
+    store = ResultsStore(tmp_path / "run")
+    store.open_run({"parallel": 16, "task": "aime", "verifier": "v.gguf", "drafter": "d.gguf", "temperature": 0.6})
+    for row in constructed_run():
+        store.append(row)
+    assert main(["eval", "report", str(tmp_path / "run"), "--profile", "paper-gb200"]) == 0
+    out = capsys.readouterr().out
+    assert "measured: left out — this run decoded 16 sequences per batch" in out
+    summaries = {s.label: s for s in summarise(constructed_run(), [SHIPPED["paper-gb200"]], wall_clock=False)}
+    assert all(s.measured_speedup is None for s in summaries.values())
+    with_clock = {s.label: s for s in summarise(constructed_run(), [SHIPPED["paper-gb200"]])}
+    for label, summary in summaries.items():
+        assert summary.proxy == with_clock[label].proxy and summary.length_adjusted == with_clock[label].length_adjusted
+    assert "left out" in (tmp_path / "run" / "summary.md").read_text()
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--profile", "gb300"], "unknown cost profile 'gb300'"),
     (["--profile", "{folder}/broken.json"], "not a valid JSON cost profile"),

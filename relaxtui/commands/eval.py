@@ -16,7 +16,7 @@ from relaxtui.commands.bench import hardware_description
 from relaxtui.commands.common import add_draft_options, add_parallel_option, model_options, sampling
 from relaxtui.costmodel.profiles import CostProfile, load_profile
 from relaxtui.errors import UserError
-from relaxtui.evals.report import json_lines, render_table, summarise, write_reports
+from relaxtui.evals.report import SHARED_BATCHES_NOTE, json_lines, render_table, summarise, write_reports
 from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records
 from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, local_executor, run_units
 from relaxtui.evals.tasks import Sample, Task, get
@@ -79,8 +79,6 @@ def run(args: argparse.Namespace) -> int:
         profile.round_cost_ms(max(args.draft_max))
     if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
         raise UserError(f"--ray-actors must be >= 1 and goes with --ray (got {args.ray_actors})")
-    if args.ray is not None and args.parallel != 1:
-        raise UserError("--parallel with --ray is not supported yet: each Ray actor runs one sequence at a time")
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
                     sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
@@ -261,14 +259,18 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
         raise UserError(f"{directory}: the length-adjusted speed-up needs a verifier-alone config; rerun the same "
                         "command with --no-spec to add it (finished configs are kept)")
     profiles = profiles_for_report(profile_specs, directory)
-    summaries = summarise(records, profiles)
+    batched = int(run_info.get("parallel", 1))
+    summaries = summarise(records, profiles, wall_clock=batched == 1)
+    note = SHARED_BATCHES_NOTE.format(k=batched) if batched > 1 else None
     title = f"{run_info['task']} — {run_info['verifier']} / {run_info['drafter']} (T={run_info['temperature']})"
     if as_json:
         print(json_lines(summaries))
     else:
         print(title)
         print(render_table(summaries))
-    for path in write_reports(directory, summaries, title, profiles):
+        if note:
+            print(note)
+    for path in write_reports(directory, summaries, title, profiles, note):
         if not as_json:
             print(f"wrote {path}")
     return 0

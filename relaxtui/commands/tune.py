@@ -21,7 +21,7 @@ from relaxtui.commands.eval import (
 )
 from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
 from relaxtui.errors import UserError
-from relaxtui.evals.report import render_table, summarise, write_reports
+from relaxtui.evals.report import SHARED_BATCHES_NOTE, render_table, summarise, write_reports
 from relaxtui.evals.results import ResultsStore
 from relaxtui.evals.runner import EvalPlan, run_eval
 from relaxtui.evals.tasks import get
@@ -112,12 +112,15 @@ def run(args: argparse.Namespace) -> int:
             if len(args.drafters) > 1 and record["config"]["rule"] is not None:
                 record["config"]["label"] += f" [{stem}]"
         groups.append((records, drafter_profiles))
-    summaries = summarise_drafters(groups)
+    summaries = summarise_drafters(groups, wall_clock=args.parallel == 1)
     profiles = groups[0][1]
+    note = SHARED_BATCHES_NOTE.format(k=args.parallel) if args.parallel > 1 else None
     title = f"tune {task.name} (K={len(samples)}) — {manifest['verifier']}"
     print(title)
     print(render_table(summaries))
-    write_reports(out, summaries, title, profiles)
+    if note:
+        print(note)
+    write_reports(out, summaries, title, profiles, note)
     advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None)
     print("\nPareto front: " + ", ".join(s.label for s in advice.front))
     print("\n".join(advice.lines()))
@@ -125,14 +128,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarise_drafters(groups: list[tuple[list, list[CostProfile]]]) -> list:  # type: ignore[type-arg]
+def summarise_drafters(groups: list[tuple[list, list[CostProfile]]],  # type: ignore[type-arg]
+                       wall_clock: bool = True) -> list:  # type: ignore[type-arg]
     """Each drafter's configs against its own strict runs, priced by its own profiles; the verifier-alone
-    baseline (run with the first drafter) is shared by all."""
+    baseline (run with the first drafter) is shared by all. No measured speed-up for a --parallel run."""
     baseline = [r for r in groups[0][0] if r["config"]["rule"] is None]
     summaries = []
     for position, (records, profiles) in enumerate(groups):
         rows = records if position == 0 else [*baseline, *records]
-        summaries += [s for s in summarise(rows, profiles) if position == 0 or s.rule is not None]
+        summaries += [s for s in summarise(rows, profiles, wall_clock=wall_clock)
+                      if position == 0 or s.rule is not None]
     return summaries
 
 

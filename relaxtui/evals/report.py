@@ -88,7 +88,17 @@ def _label(config: dict[str, Any]) -> str:
     return str(config["label"])
 
 
-def summarise(records: Iterable[dict[str, Any]], profiles: Sequence[CostProfile] = ()) -> list[ConfigSummary]:
+SHARED_BATCHES_NOTE = (
+    "measured: left out — this run decoded {k} sequences per batch, so a sequence's tokens/s (the tok/s column "
+    "too) depends on its batch-mates (a verifier-alone sequence waits for the others' drafts), not on its own "
+    "config; compare speed by the proxy columns (each config's own rounds, priced), or rerun with --parallel 1 "
+    "for wall-clock ratios.")
+
+
+def summarise(records: Iterable[dict[str, Any]], profiles: Sequence[CostProfile] = (), *,
+              wall_clock: bool = True) -> list[ConfigSummary]:
+    """Per-config summaries. ``wall_clock=False`` (a --parallel run) leaves out the measured speed-up: sequences
+    that shared batches did not each run at their own config's speed."""
     by_config: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_config[record["config_id"]].append(record)
@@ -100,14 +110,16 @@ def summarise(records: Iterable[dict[str, Any]], profiles: Sequence[CostProfile]
         config = rows[0]["config"]
         reference = None if config["rule"] is None else (
             baseline if config["rule"] == "strict" else strict_at.get(config["draft_max"], baseline))
-        summaries.append(_summary(rows, baseline, reference, profiles))
+        summaries.append(_summary(rows, baseline if wall_clock else None, reference, profiles,
+                                  length_baseline=baseline))
     summaries.sort(key=lambda s: (s.rule is not None, s.rule != "strict", s.rule or "",
                                   s.knob if s.knob is not None else -1e9, s.draft_max))
     return summaries
 
 
 def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
-             reference: list[dict[str, Any]] | None, profiles: Sequence[CostProfile]) -> ConfigSummary:
+             reference: list[dict[str, Any]] | None, profiles: Sequence[CostProfile], *,
+             length_baseline: list[dict[str, Any]] | None) -> ConfigSummary:
     config = rows[0]["config"]
     per_problem: dict[str, list[bool]] = defaultdict(list)
     for row in rows:
@@ -130,7 +142,7 @@ def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
     if reference is not None:
         delta = paired_difference(pairs_of(rows, "correct"), pairs_of(reference, "correct"))
     proxy = {p.name: _proxy(p, rows) for p in profiles}
-    length_ratio = _length_ratio(rows, baseline) if baseline is not None else None
+    length_ratio = _length_ratio(rows, length_baseline) if length_baseline is not None else None
     adjusted = {name: (value / length_ratio if length_ratio else None) for name, value in proxy.items()}
     return ConfigSummary(
         label=_label(config), rule=config["rule"], knob=config["knob"], draft_max=config["draft_max"],
@@ -228,12 +240,13 @@ FOOTNOTE = (
     "proxy / (output length ratio against the verifier alone on shared pairs).")
 
 
-def render_markdown(summaries: list[ConfigSummary], title: str, profiles: Sequence[CostProfile] = ()) -> str:
+def render_markdown(summaries: list[ConfigSummary], title: str, profiles: Sequence[CostProfile] = (),
+                    note: str | None = None) -> str:
     names = profile_names(summaries)
     header = columns(names)
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row(s, names)) + " |" for s in summaries]
-    lines += ["", FOOTNOTE]
+    lines += ["", FOOTNOTE, *([f"\n{note}"] if note else [])]
     for profile in profiles:
         lines.append(f"\nProfile `{profile.name}`: {profile.hardware}; verifier {profile.verifier}, drafter "
                      f"{profile.drafter}; t_AR {profile.verifier_ar_ms:.3f} ms, t_D {profile.drafter_ms:.3f} ms, "
@@ -273,12 +286,12 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def write_reports(directory: Path, summaries: list[ConfigSummary], title: str,
-                  profiles: Sequence[CostProfile] = ()) -> list[Path]:
+                  profiles: Sequence[CostProfile] = (), note: str | None = None) -> list[Path]:
     from relaxtui.evals.plot import plot
 
     written = [directory / "summary.csv", directory / "summary.md"]
     write_csv(summaries, written[0])
-    written[1].write_text(render_markdown(summaries, title, profiles))
+    written[1].write_text(render_markdown(summaries, title, profiles, note))
     if plot(summaries, directory / "pareto.png", title):
         written.append(directory / "pareto.png")
     return written
