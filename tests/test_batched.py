@@ -158,6 +158,32 @@ def test_greedy_rule_check_applies_to_each_job():
         list(generate_many(multi(cycle_table(), 2), [job], drafter=ModelDrafter(multi(cycle_table(), 2), VOCAB)))
 
 
+def test_a_prompt_another_sequence_holds_is_copied_not_prefilled(markov_pair):
+    """Three configs of one problem start side by side: the first prefills the prompt on both models, the other
+    two copy it from that sequence (no prefill batch of theirs), and every output is its one-sequence run's."""
+    target, draft = markov_pair
+    prompt = [1, 2, 3, 4, 5]
+    jobs = [Job(prompt, GenerationConfig(draft_max=n, max_tokens=6, sampling=PLAIN, seed=7), make("strict", None),
+                speculative=n > 0, tag=n) for n in (0, 2, 3)]
+    verifier, drafter = multi(target, 3), ModelDrafter(multi(draft, 3), VOCAB)
+    results = run_many(verifier, jobs, drafter)
+    assert verifier.shared == [(0, 1, 4), (0, 2, 4)]  # the prompt but its last token, from sequence 0
+    assert drafter.model.shared == [(1, 2, 4)]  # the no-spec job (sequence 0) never drafts: sequence 1 prefilled
+    # slots fill before the first round: one prefill batch, then rounds holding all three sequences
+    assert verifier.batches[0] == ((0, 4),) and [seq for seq, _ in verifier.batches[1]] == [0, 1, 2]
+    for job in jobs:
+        assert results[job.tag].token_ids == run_one(target, draft, job).token_ids
+
+
+def test_no_copy_from_a_sequence_whose_cache_only_starts_like_the_prompt(markov_pair):
+    target, _ = markov_pair
+    verifier = multi(target, 2)
+    jobs = [Job([1, 2, 3], GenerationConfig(max_tokens=3, sampling=GREEDY), speculative=False, tag=0),
+            Job([1, 2, 4, 5], GenerationConfig(max_tokens=3, sampling=GREEDY), speculative=False, tag=1)]
+    run_many(verifier, jobs)
+    assert verifier.shared == []  # [1, 2] is shared but [1, 2, 4] is not held anywhere: a full prefill
+
+
 # -- bench --parallel on the fake -----------------------------------------------------------------------------------
 def test_parallel_bench_reports_every_k_and_mode_with_summed_throughput():
     from relaxtui.costmodel.parallel_bench import run_parallel_bench
@@ -170,6 +196,17 @@ def test_parallel_bench_reports_every_k_and_mode_with_summed_throughput():
         assert r.output_tokens == 2 * 5 * r.k and r.tokens_per_s > 0 and r.per_sequence_tokens_per_s > 0
     assert runs[0].speedup_vs_k1 == 1.0 and runs[1].spec_vs_no_spec > 0 and runs[1].acceptance_rate == 1.0
 
+
+
+def test_parallel_bench_table_names_the_k_its_ratios_are_against():
+    """Ratios divide by the smallest K run; the table says which K that is (not "K=1" when 1 was not run)."""
+    from relaxtui.commands.bench import render_parallel
+    from relaxtui.costmodel.parallel_bench import ParallelRun, _relative
+
+    runs = _relative([ParallelRun(k, "no-spec", 0, rate, rate / k, 10, 0.0) for k, rate in ((2, 10.0), (4, 15.0))])
+    table = render_parallel(runs, {"passes": 1})
+    assert runs[1].speedup_vs_k1 == 1.5 and "vs K=2" in table and "vs K=1" not in table
+    assert "best K for the verifier alone: K=4, 1.50x its K=2 throughput" in table
 
 def test_time_the_caller_spends_between_results_is_not_decode_time(markov_pair):
     """Scoring and writing a finished record happen while the other sequences wait: their decode time must not

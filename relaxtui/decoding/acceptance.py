@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relaxtui.decoding.events import Verdict
-from relaxtui.decoding.sampling import SamplingParams, process, sample, softmax
+from relaxtui.decoding.sampling import SamplingParams, process, sample
 from relaxtui.errors import NumericsError
 from relaxtui.rules.base import Rule, require_finite, residual
 
@@ -97,8 +97,8 @@ def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
         target = _argmax(target_logits[i])
-        p = softmax(target_logits[i])
-        q = softmax(draft_logits[i]) if draft_logits is not None else None
+        p = _shown(target_logits[i])
+        q = _shown(draft_logits[i]) if draft_logits is not None else None
         if x == target:
             emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x]), _prob(q, x), 1.0, 1.0,
                                    (("accept_prob", 1.0),), p_row=p, q_row=q))
@@ -108,11 +108,21 @@ def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,
         return emitted
     last = target_logits[len(draft_tokens)]
     target = _argmax(last)
-    p = softmax(last)
+    p = _shown(last)
     verdict = Verdict.BONUS if draft_tokens else Verdict.VERIFIER
     emitted.append(Emitted(target, verdict, len(draft_tokens) + 1 if draft_tokens else 0, float(p[target]), None,
                            1.0, None, (), p_row=p))
     return emitted
+
+
+def _shown(logits: np.ndarray) -> np.ndarray:
+    """The T=1 distribution a greedy round reports (p(x) in the TUI; no decision reads it). float32 arithmetic
+    is ample for a shown probability and several times cheaper than the float64 softmax the rules use — a
+    cost paid per sequence per step, K times over when K sequences share a batch."""
+    z = np.asarray(logits, dtype=np.float32) - np.max(logits)
+    np.exp(z, out=z)
+    z /= z.sum(dtype=np.float64)
+    return z
 
 
 def _argmax(logits: np.ndarray) -> int:
