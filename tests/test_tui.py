@@ -74,8 +74,10 @@ async def test_stats_follow_the_stream():
 
 
 def gated_app(gate: threading.Event, **settings) -> RelaxApp:
-    """A reply that holds at its 30th verifier row until ``gate`` is set: "during a reply", deterministically."""
-    chosen = {"rule": "strict", "drafter": "fake-drafter", "max_tokens": 400, "seed": 3, **settings}
+    """A reply that holds at its 30th verifier row until ``gate`` is set: "during a reply", deterministically
+    (each row emits at most one token, so 120 tokens always reach the gate; shorter replies keep the file fast
+    on a loaded machine)."""
+    chosen = {"rule": "strict", "drafter": "fake-drafter", "max_tokens": 120, "seed": 3, **settings}
     return RelaxApp(FakeChatEngine(gate=gate, gate_after=30), ChatSettings(**chosen))
 
 
