@@ -15,6 +15,7 @@ from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.evals.degeneracy import is_degenerate
+from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.report import pareto_front, summarise
 from relaxtui.evals.results import ResultsStore
 from relaxtui.evals.runner import EvalPlan, run_eval
@@ -32,7 +33,7 @@ def digit_backend(seed: int) -> FakeBackend:
 def fake_run(tmp_path, plan, samples, should_stop=lambda: False, written=None):
     store = ResultsStore(tmp_path / "run")
     verifier, drafter = digit_backend(1), ModelDrafter(digit_backend(2), 10)
-    run_eval(get("aime"), samples, plan, {"task": "aime", "note": "fake"}, store, verifier, drafter,
+    run_eval(get("aime"), samples, plan, RunIdentity({"task": "aime", "note": "fake"}), store, verifier, drafter,
              lambda sample: [len(sample.id) % 10], on_sample=(written.append if written is not None else
                                                                lambda _: None), should_stop=should_stop)
     return store
@@ -77,9 +78,9 @@ def test_a_killed_run_resumes_with_nothing_lost_and_nothing_twice(tmp_path):
 
 def test_another_run_in_the_same_folder_is_refused(tmp_path):
     store = ResultsStore(tmp_path / "run")
-    store.open_run({"task": "aime", "max_tokens": 32})
+    store.open_run(RunIdentity({"task": "aime", "max_tokens": 32}))
     with pytest.raises(UserError, match=r"holds results of another run \(differs in max_tokens \(was 32, now 64\)\)"):
-        ResultsStore(tmp_path / "run").open_run({"task": "aime", "max_tokens": 64})
+        ResultsStore(tmp_path / "run").open_run(RunIdentity({"task": "aime", "max_tokens": 64}))
 
 
 def test_summary_and_speedup_against_the_baseline(tmp_path):
@@ -147,7 +148,7 @@ def test_out_not_writable(capsys, tmp_path):
 
 def test_folder_of_another_run_is_refused_before_loading_models(capsys, tmp_path):
     out = tmp_path / "run"
-    ResultsStore(out).open_run({"task": "math500"})
+    ResultsStore(out).open_run(RunIdentity({"task": "math500"}))
     fails(capsys, ["eval", "aime", "--limit", "1", "--out", str(out)], "holds results of another run")
 
 
@@ -179,7 +180,7 @@ def test_real_eval_writes_resumes_and_reports(capsys, tmp_path, test_model_path)
         assert len(record["draft_lengths"]) == record["rounds"] and sum(record["draft_lengths"]) == record["drafted"]
         assert record["output_tokens"] > 0
     profile = json.loads((out / "measured-profile.json").read_text())  # this machine, priced at load time
-    assert profile["name"] == "measured" and profile["verifier_ar_ms"] > 0 and profile["drafter_ms"] > 0
+    assert profile["name"] == "this-machine" and profile["verifier_ar_ms"] > 0 and profile["drafter_ms"] > 0
     assert set(profile["verify_ms"]) >= {"1", "4"}  # blocks up to N + 1 = 4
     assert main(argv) == 0  # resume: everything is done, nothing runs twice
     assert (out / "results.jsonl").read_text().splitlines() == first
@@ -187,7 +188,7 @@ def test_real_eval_writes_resumes_and_reports(capsys, tmp_path, test_model_path)
     (out / "summary.md").unlink()
     assert main(["eval", "report", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "no-spec" in printed and "strict N=3" in printed and "proxy measured" in printed
+    assert "no-spec" in printed and "strict N=3" in printed and "priced this-machine" in printed
     assert (out / "summary.md").exists() and (out / "summary.csv").exists()
     assert (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -234,10 +235,9 @@ def test_the_run_is_problem_major_so_drift_hits_every_config_alike(tmp_path):
 
 
 def test_sequences_per_context_are_part_of_the_run_identity():
-    from relaxtui.commands.eval import run_manifest
     from relaxtui.session import ModelOptions
 
     options = ModelOptions(verifier="v.gguf", drafter="d.gguf")
-    alone = run_manifest(get("aime"), options, PLAN, thinking=None, data=None)
-    batched = run_manifest(get("aime"), replace(options, parallel=4), PLAN, thinking=None, data=None)
+    alone = RunIdentity.of(get("aime"), options, PLAN, thinking=None, data=None).settings
+    batched = RunIdentity.of(get("aime"), replace(options, parallel=4), PLAN, thinking=None, data=None).settings
     assert "parallel" not in alone and batched == {**alone, "parallel": 4}

@@ -11,6 +11,7 @@ from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.engine.capacity import capacity, check_parallel
 from relaxtui.errors import UserError
+from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.parallel import ParallelExecutor
 from relaxtui.evals.results import ResultsStore
 from relaxtui.evals.runner import run_eval
@@ -31,7 +32,8 @@ def digits(seed: int, n_seq: int) -> FakeBackend:
 
 def run(tmp_path, name, n_seq, should_stop=lambda: False, written=None):
     store = ResultsStore(tmp_path / name)
-    run_eval(get("aime"), get("aime").load()[:3], PLAN, {"task": "aime", "note": "fake"}, store, digits(1, n_seq),
+    run_eval(get("aime"), get("aime").load()[:3], PLAN, RunIdentity({"task": "aime", "note": "fake"}), store,
+             digits(1, n_seq),
              ModelDrafter(digits(2, n_seq), 10), lambda sample: [len(sample.id) % 10],
              on_sample=written.append if written is not None else lambda _: None, should_stop=should_stop)
     return store

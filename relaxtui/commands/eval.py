@@ -8,21 +8,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from relaxtui.commands.bench import hardware_description
 from relaxtui.commands.common import add_draft_options, add_parallel_option, model_options, sampling
 from relaxtui.costmodel.profiles import CostProfile, load_profile
 from relaxtui.errors import UserError
-from relaxtui.evals.report import SHARED_BATCHES_NOTE, json_lines, render_table, summarise, write_reports
+from relaxtui.evals.identity import RunIdentity, fingerprints
+from relaxtui.evals.pair import THIS_MACHINE, measure_profile, sample_tokenizer
+from relaxtui.evals.report import (
+    SHARED_BATCHES_NOTE,
+    json_lines,
+    render_table,
+    summarise,
+    warnings,
+    write_reports,
+)
 from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records
 from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, local_executor, run_units
 from relaxtui.evals.tasks import Sample, Task, get
 
 if TYPE_CHECKING:
-    from relaxtui.engine.llama import LlamaModel
     from relaxtui.session import LoadedPair, ModelOptions
 
 PROMPT_ROOM = 1024  # tokens kept for the prompt on top of --max-tokens
@@ -108,67 +115,100 @@ def connect_cluster(address: str | None) -> Callable[[], None]:
     return connect(address or None)
 
 
+def model_paths(options: ModelOptions, *, pull: bool = True) -> dict[str, Path | None]:
+    """The model files of this run as this machine has them (name -> path), for their fingerprints.
+    ``pull=False`` (a Ray driver, which needs no model): what is not here is left out, never fetched."""
+    from relaxtui.models.store import resolve_model
+
+    names = [options.verifier] + ([options.drafter] if options.drafter and options.draft_kind == "model" else [])
+    paths: dict[str, Path | None] = {}
+    for name in names:
+        if pull:
+            paths[name] = resolve_model(name)
+            continue
+        try:
+            paths[name] = None if str(name).startswith("hf:") else resolve_model(name)
+        except UserError:
+            paths[name] = None
+    return paths
+
+
 def run_in_folder(args: argparse.Namespace, task: Task, samples: list[Sample], plan: EvalPlan,
                   options: ModelOptions, store: ResultsStore) -> None:
-    """Open (or resume) the run folder, then run every unit not in it yet, with a progress line; Ctrl-C stops
-    at the next unit and what finished is kept."""
+    """Check the run folder, load what runs the units, then open (or resume) the folder and run every unit
+    not in it yet, with a progress line; Ctrl-C stops at the next unit and what finished is kept. Nothing is
+    written before every check has passed and the models have loaded."""
     thinking = None if args.thinking is None else args.thinking == "on"
-    manifest = run_manifest(task, options, plan, thinking=args.thinking, data=args.data)
-    environment = run_environment(task)
-    store.open_run(manifest, environment)  # refuse a folder of another run before loading any model
-    if environment and environment.get("sandbox_missing"):
-        print(f"sandbox: {environment['sandbox_missing']}", file=sys.stderr)  # said once per run
-
-    executor, close = open_executor(args, options, plan, samples, thinking, store)
-    progress = ProgressBar(sys.stderr)
+    paths = model_paths(options, pull=args.ray is None)
+    identity = RunIdentity.of(task, options, plan, thinking=args.thinking, data=args.data,
+                              models=fingerprints(paths))
+    store.check(identity)  # refuse a folder of another run (or another model file) before loading any model
+    opened = open_executor(args, options, plan, samples, thinking)
     stop_requested = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
     try:
-        run_units(task, samples, plan, manifest, store, executor, on_sample=progress.update,
-                  should_stop=stop_requested.is_set)
+        profile = None if profile_covers(store.directory / MEASURED_PROFILE, plan) else opened.measure_profile()
+        environment = run_environment(task)
+        for line in (store.open_run(identity, environment), store.read().skipped_line(store.path)):
+            if line:
+                print(line, file=sys.stderr)
+        if profile is not None:
+            (store.directory / MEASURED_PROFILE).write_text(profile)
+        if environment and environment.get("sandbox_missing"):
+            print(f"sandbox: {environment['sandbox_missing']}", file=sys.stderr)  # said once per run
+        progress = ProgressBar(sys.stderr)
+        previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
+        try:
+            run_units(task, samples, plan, identity, store, opened.executor, on_sample=progress.update,
+                      should_stop=stop_requested.is_set)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            progress.close()
     finally:
-        signal.signal(signal.SIGINT, previous)
-        progress.close()
-        close()
+        opened.close()
     if stop_requested.is_set():
         print(f"stopped; results so far are in {store.directory} (run the same command to resume)", file=sys.stderr)
 
 
+@dataclass
+class OpenedExecutor:
+    """What runs the units of this run, how to measure the cost profile of a machine that runs them (the
+    default pricing of `eval report`, measured once per run folder), and how to release it all."""
+
+    executor: Executor
+    measure_profile: Callable[[], str]
+    close: Callable[[], None]
+
+
 def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPlan, samples: list[Sample],
-                  thinking: bool | None, store: ResultsStore) -> tuple[Executor, Callable[[], None]]:
-    """What runs the work units of this run (one local pair, --parallel sequences at a time; or Ray actors with
-    --ray), and how to release it. The first time a run folder is used, the cost profile of a machine that runs
-    the units is measured and saved with it: it is the default pricing of `eval report`."""
+                  thinking: bool | None) -> OpenedExecutor:
+    """One local pair, --parallel sequences at a time (loaded here, so a model that fails to load or a K that
+    does not fit fails before the folder is touched); or Ray actors with --ray, started on first need."""
     if args.ray is not None:
-        return open_ray_executor(args, options, plan, samples, thinking, store)
+        from relaxtui.evals.ray_executor import RayExecutor
+
+        ray_executor = RayExecutor(options, thinking, actors=args.ray_actors)
+
+        def measure_on_actor() -> str:
+            ray_executor.start()
+            print("measuring the first actor's cost profile (once per run folder)…", file=sys.stderr, flush=True)
+            return ray_executor.measure_profile(plan, samples[0])
+
+        return OpenedExecutor(ray_executor, measure_on_actor, ray_executor.close)
     from relaxtui.session import load_pair
 
     pair = load_pair(options)
     try:
         tokenize = sample_tokenizer(pair.verifier, thinking=thinking)
-        save_measured_profile(store, pair, plan, tokenize(samples[0]))
     except BaseException:
         pair.close()
         raise
-    return local_executor(pair.verifier, pair.drafter, tokenize), pair.close
 
+    def measure_here() -> str:
+        print("measuring this machine's cost profile (once per run folder, again when N grows)…", file=sys.stderr,
+              flush=True)
+        return measure_profile(pair, plan, tokenize(samples[0]))
 
-def open_ray_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPlan, samples: list[Sample],
-                      thinking: bool | None, store: ResultsStore) -> tuple[Executor, Callable[[], None]]:
-    """Actors that each load the pair once; the profile is measured on the first actor's node."""
-    from relaxtui.evals.ray_executor import RayExecutor
-
-    executor = RayExecutor(options, thinking, actors=args.ray_actors)
-    try:
-        path = store.directory / MEASURED_PROFILE
-        if not profile_covers(path, plan):
-            executor.start()
-            print("measuring the first actor's cost profile (once per run folder)…", file=sys.stderr, flush=True)
-            path.write_text(executor.measure_profile(plan, samples[0]))
-    except BaseException:
-        executor.close()
-        raise
-    return executor, executor.close
+    return OpenedExecutor(local_executor(pair.verifier, pair.drafter, tokenize), measure_here, pair.close)
 
 
 def profile_covers(path: Path, plan: EvalPlan) -> bool:
@@ -177,46 +217,12 @@ def profile_covers(path: Path, plan: EvalPlan) -> bool:
 
 
 def save_measured_profile(store: ResultsStore, pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> None:
-    """Calibrate this machine (a few seconds) unless the run folder already has its profile."""
+    """Calibrate this machine (a few seconds) unless the run folder already has its profile (tune's folders)."""
     path = store.directory / MEASURED_PROFILE
-    if profile_covers(path, plan):
-        return
-    print("measuring this machine's cost profile (once per run folder, again when N grows)…", file=sys.stderr,
-          flush=True)
-    path.write_text(measure_profile(pair, plan, prompt))
-
-
-def measure_profile(pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> str:
-    """The cost profile (JSON) of the machine holding ``pair``: run where the models are, saved by the driver."""
-    from relaxtui.costmodel.calibrate import calibrate, typical_context
-    from relaxtui.decoding.drafters import ModelDrafter
-
-    drafter = pair.drafter if isinstance(pair.drafter, ModelDrafter) else None
-    costs = calibrate(pair.verifier, drafter, max_block=max(plan.draft_max) + 1, sampling=plan.sampling,
-                      context=typical_context(prompt, min(plan.max_tokens, 512)), repeats=5, seed=plan.seed)
-    drafter_name = pair.drafter_path.name if pair.drafter_path else getattr(pair.drafter, "kind", "none")
-    profile = costs.profile("measured", verifier=pair.verifier_path.name, drafter=drafter_name,
-                            hardware=hardware_description())
-    return profile.to_json()
-
-
-def run_manifest(task: Task, options: ModelOptions, plan: EvalPlan, *, thinking: str | None,
-                 data: Path | None) -> dict[str, object]:
-    """The run's identity: every setting that changes outputs or speed (grid points may vary within a run).
-    Resuming with any of them changed is refused, naming the setting."""
-    model_drafter = options.drafter and options.draft_kind == "model"
-    params = plan.sampling
-    # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when K > 1,
-    # so one-at-a-time folders from before keep resuming)
-    batched = {"parallel": options.parallel} if options.parallel > 1 else {}
-    return {**batched, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
-            "drafter": Path(options.drafter).name if model_drafter else options.draft_kind,
-            "draft_kind": options.draft_kind,
-            "ngram": [options.ngram_min, options.ngram_max] if options.draft_kind == "ngram" else None,
-            "draft_min": plan.draft_min, "draft_p_min": options.draft_p_min, "draft_adapt": plan.adaptive,
-            "bonus": plan.bonus, "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
-            "max_tokens": plan.max_tokens, "thinking": thinking, "system": None, "ctx_size": options.ctx_size,
-            "threads": options.threads, "gpu_layers": options.gpu_layers, "data": str(data) if data else None}
+    if not profile_covers(path, plan):
+        print("measuring this machine's cost profile (once per run folder, again when N grows)…", file=sys.stderr,
+              flush=True)
+        path.write_text(measure_profile(pair, plan, prompt))
 
 
 def run_environment(task: Task) -> dict[str, object] | None:
@@ -230,20 +236,15 @@ def run_environment(task: Task) -> dict[str, object] | None:
     return {"sandbox": sandbox.protections(), "sandbox_missing": sandbox.missing_protections_line()}
 
 
-def sample_tokenizer(model: LlamaModel, *, thinking: bool | None = None) -> Callable[[Sample], list[int]]:
-    """Prompt tokens of a task sample through the verifier's own chat template (rendered once per run)."""
-    from relaxtui.session import chat_template, conversation_tokens
-
-    template = chat_template(model)
-    return lambda sample: conversation_tokens(model, template, sample.messages, thinking=thinking)
-
-
 def profiles_for_report(specs: list[str], directory: Path | None) -> list[CostProfile]:
-    """The profiles named, else the one measured when the run started (if the folder has it)."""
+    """The profiles named, else the one measured when the run started (if the folder has it), named
+    this-machine (folders from before the name called it "measured")."""
     if specs:
         return [load_profile(spec) for spec in specs]
     measured = directory / MEASURED_PROFILE if directory is not None else None
-    return [load_profile(str(measured))] if measured is not None and measured.exists() else []
+    if measured is None or not measured.exists():
+        return []
+    return [replace(load_profile(str(measured)), name=THIS_MACHINE)]
 
 
 def report_run(directory: str | Path | None, profile_specs: list[str], *, as_json: bool = False,
@@ -252,7 +253,10 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
     if directory is None:
         raise UserError("usage: relaxtui eval report DIR")
     directory = Path(directory)
-    run_info, records = load_records(directory)
+    folder = load_records(directory)
+    run_info, records = folder.settings, folder.records
+    if folder.skipped_line:
+        print(folder.skipped_line, file=sys.stderr)
     if not records:
         raise UserError(f"{directory} has no results yet")
     if length_adjusted and not any(r["config"]["rule"] is None for r in records):
@@ -262,7 +266,8 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
     batched = int(run_info.get("parallel", 1))
     summaries = summarise(records, profiles, wall_clock=batched == 1)
     note = SHARED_BATCHES_NOTE.format(k=batched) if batched > 1 else None
-    title = f"{run_info['task']} — {run_info['verifier']} / {run_info['drafter']} (T={run_info['temperature']})"
+    title = (f"{run_info.get('task', '?')} — {run_info.get('verifier', '?')} / {run_info.get('drafter', '?')} "
+             f"(T={run_info.get('temperature', '?')})")
     if as_json:
         print(json_lines(summaries))
     else:
@@ -270,6 +275,8 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
         print(render_table(summaries))
         if note:
             print(note)
+    for line in warnings(summaries):
+        print(line, file=sys.stderr if as_json else sys.stdout)
     for path in write_reports(directory, summaries, title, profiles, note):
         if not as_json:
             print(f"wrote {path}")

@@ -4,29 +4,32 @@ the capability-vs-speed Pareto front and a plain recommendation."""
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from relaxtui.commands.common import add_parallel_option, model_options, sampling
 from relaxtui.commands.eval import (
     ProgressBar,
+    model_paths,
     profiles_for_report,
     run_environment,
-    run_manifest,
-    sample_tokenizer,
     save_measured_profile,
 )
 from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
 from relaxtui.errors import UserError
-from relaxtui.evals.report import SHARED_BATCHES_NOTE, render_table, summarise, write_reports
+from relaxtui.evals.identity import RunIdentity, fingerprints
+from relaxtui.evals.pair import sample_tokenizer
+from relaxtui.evals.report import SHARED_BATCHES_NOTE, render_table, summarise, warnings, write_reports
 from relaxtui.evals.results import ResultsStore
 from relaxtui.evals.runner import EvalPlan, run_eval
-from relaxtui.evals.tasks import get
+from relaxtui.evals.tasks import Task, get
 from relaxtui.evals.tune import recommend
 from relaxtui.models.registry import DEFAULT_DRAFTER
+from relaxtui.session import ModelOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,57 +51,89 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: this machine, measured at the start)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from relaxtui.rules import PAPER_GRID
-    from relaxtui.session import load_pair
+@dataclass(frozen=True)
+class DrafterRun:
+    """One drafter's part of a tune: its options, identity and folder, all checked before any model loads."""
 
-    task = get(args.task)
-    if args.limit < 1 or args.max_tokens < 1 or args.max_drop < 0:
-        raise UserError("--limit and --max-tokens must be >= 1 and --max-drop >= 0")
-    if any(n < 1 for n in args.draft_max) or (args.relaxed_n is not None and args.relaxed_n < 1):
-        raise UserError("draft lengths must be >= 1")
-    if "strict" in args.rule:
-        raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
-    profiles = profiles_for_report(args.profile, None)  # bad profiles fail before any model loads
-    samples = task.load(args.data)[: args.limit]
-    if not samples:
-        raise UserError(f"{args.task}: no problems to run")
-    params = sampling(args)
-    out = args.out or Path("results") / f"tune-{args.task}"
-    stop_requested = threading.Event()
-    groups: list[tuple[list, list[CostProfile]]] = []  # per drafter: its records and the profiles pricing them
-    for position, drafter in enumerate(args.drafters):
+    stem: str
+    options: ModelOptions
+    identity: RunIdentity
+    store: ResultsStore
+
+
+def plan_drafters(args: argparse.Namespace, task: Task, out: Path) -> list[DrafterRun]:
+    """Every drafter's options and run folder, each folder checked (read-only) against its identity."""
+    runs = []
+    for drafter in args.drafters:
         is_ngram = drafter == "ngram"
         args.drafter, args.draft_kind = (None, "ngram") if is_ngram else (drafter, "model")
         options = model_options(args)
         if is_ngram:
             options = replace(options, drafter="ngram")
         stem = "ngram" if is_ngram else Path(drafter).name.removesuffix(".gguf")
-        identity = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
-        manifest = run_manifest(task, options, identity, thinking=None, data=args.data)
+        plan = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=args.max_tokens, sampling=sampling(args))
+        identity = RunIdentity.of(task, options, plan, thinking=None, data=args.data,
+                                  models=fingerprints(model_paths(options)))
         store = ResultsStore(out / stem)
-        store.open_run(manifest, run_environment(task))
-        pair = load_pair(options)
-        tokenize = sample_tokenizer(pair.verifier)
-        longest = max(*args.draft_max, args.relaxed_n or 0, 3)  # 3: the relaxed N when no strict N ran yet
-        save_measured_profile(store, pair, EvalPlan(rules=("strict",), draft_max=(longest,),
-                                                    max_tokens=args.max_tokens, sampling=params), tokenize(samples[0]))
-        # each drafter is priced by its own measured costs (an n-gram drafter costs nothing a model does)
-        drafter_profiles = profiles if args.profile else profiles_for_report([], store.directory)
+        store.check(identity)
+        runs.append(DrafterRun(stem, options, identity, store))
+    return runs
+
+
+def run(args: argparse.Namespace) -> int:
+    from relaxtui.rules import PAPER_GRID
+    from relaxtui.session import load_pair
+
+    task = get(args.task)
+    if args.limit < 1 or args.max_tokens < 1:
+        raise UserError("--limit and --max-tokens must be >= 1")
+    if not (math.isfinite(args.max_drop) and args.max_drop >= 0):
+        raise UserError(f"--max-drop must be a number of accuracy points >= 0 (got {args.max_drop})")
+    if any(n < 1 for n in args.draft_max) or (args.relaxed_n is not None and args.relaxed_n < 1):
+        raise UserError("draft lengths must be >= 1")
+    if "strict" in args.rule:
+        raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
+    params = sampling(args)
+    longest = max(*args.draft_max, args.relaxed_n or 0, 3)  # 3: the relaxed N when no strict N ran yet
+    strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), repeats=args.repeats, seed=args.seed,
+                      max_tokens=args.max_tokens, sampling=params)
+    # every relaxed rule and knob is checked as eval checks them, before anything loads (N does not matter)
+    knobs = {rule: tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2] for rule in args.rule}
+    for rule, rule_knobs in knobs.items():
+        EvalPlan(rules=(rule,), alphas=rule_knobs, draft_max=(longest,), no_spec=False, sampling=params)
+    profiles = profiles_for_report(args.profile, None)  # bad profiles fail before any model loads
+    for profile in profiles:
+        profile.round_cost_ms(longest)
+    every_sample = task.load(args.data)
+    samples = every_sample[: args.limit]
+    if not samples:
+        raise UserError(f"{args.task}: no problems to run")
+    out = args.out or Path("results") / f"tune-{args.task}"
+    stop_requested = threading.Event()
+    groups: list[tuple[list, list[CostProfile]]] = []  # per drafter: its records and the profiles pricing them
+    for position, drafter_run in enumerate(plan_drafters(args, task, out)):
+        store = drafter_run.store
+        pair = load_pair(drafter_run.options)
         progress = ProgressBar(sys.stderr)
         previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
         try:
-            strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), no_spec=position == 0,
-                              repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
-            run_eval(task, samples, strict, manifest, store, pair.verifier, pair.drafter, tokenize,
-                     on_sample=progress.update, should_stop=stop_requested.is_set)
+            tokenize = sample_tokenizer(pair.verifier)
+            for line in (store.open_run(drafter_run.identity, run_environment(task)),
+                         store.read().skipped_line(store.path)):
+                if line:
+                    print(line, file=sys.stderr)
+            save_measured_profile(store, pair, replace(strict, draft_max=(longest,)), tokenize(samples[0]))
+            # each drafter is priced by its own measured costs (an n-gram drafter costs nothing a model does)
+            drafter_profiles = profiles if args.profile else profiles_for_report([], store.directory)
+            run_eval(task, samples, replace(strict, no_spec=position == 0), drafter_run.identity, store,
+                     pair.verifier, pair.drafter, tokenize, on_sample=progress.update,
+                     should_stop=stop_requested.is_set)
             relaxed_n = args.relaxed_n or _best_strict_n(list(store.records()),
                                                          drafter_profiles[0] if drafter_profiles else None)
-            for rule in args.rule:
-                knobs = tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2]
-                plan = EvalPlan(rules=(rule,), alphas=knobs, draft_max=(relaxed_n,), no_spec=False,
+            for rule, rule_knobs in knobs.items():
+                plan = EvalPlan(rules=(rule,), alphas=rule_knobs, draft_max=(relaxed_n,), no_spec=False,
                                 repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
-                run_eval(task, samples, plan, manifest, store, pair.verifier, pair.drafter, tokenize,
+                run_eval(task, samples, plan, drafter_run.identity, store, pair.verifier, pair.drafter, tokenize,
                          on_sample=progress.update, should_stop=stop_requested.is_set)
         finally:
             signal.signal(signal.SIGINT, previous)
@@ -110,18 +145,21 @@ def run(args: argparse.Namespace) -> int:
         records = list(store.records())
         for record in records:
             if len(args.drafters) > 1 and record["config"]["rule"] is not None:
-                record["config"]["label"] += f" [{stem}]"
+                record["config"]["label"] += f" [{drafter_run.stem}]"
         groups.append((records, drafter_profiles))
     summaries = summarise_drafters(groups, wall_clock=args.parallel == 1)
     profiles = groups[0][1]
     note = SHARED_BATCHES_NOTE.format(k=args.parallel) if args.parallel > 1 else None
-    title = f"tune {task.name} (K={len(samples)}) — {manifest['verifier']}"
+    title = f"tune {task.name} (K={len(samples)}) — {Path(args.verifier).name}"
     print(title)
     print(render_table(summaries))
     if note:
         print(note)
+    for line in warnings(summaries):
+        print(line)
     write_reports(out, summaries, title, profiles, note)
-    advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None)
+    advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None,
+                       task_size=len(every_sample))
     print("\nPareto front: " + ", ".join(s.label for s in advice.front))
     print("\n".join(advice.lines()))
     print(f"\nresults, summary.md and pareto.png in {out}")

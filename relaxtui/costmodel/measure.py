@@ -51,3 +51,20 @@ def verify_curve(model: Backend, k_max: int, *, context: Sequence[int] = (1, 2, 
 
 def measure_c_rel(verifier: Backend, drafter_model: Backend, *, repeats: int = 8) -> float:
     return step_time(drafter_model, repeats=repeats) / step_time(verifier, repeats=repeats)
+
+
+def hardware_description() -> str:
+    """CPU model and core count, for a saved profile's `hardware` field."""
+    import os
+    import platform
+    from pathlib import Path
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores (llama.cpp CPU)"

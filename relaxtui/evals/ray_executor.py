@@ -93,7 +93,7 @@ class PairActor:
     """Holds one loaded pair on a node (wrapped by ``ray.remote`` at start-up, so ray stays optional)."""
 
     def __init__(self, options: ModelOptions, thinking: bool | None) -> None:
-        from relaxtui.commands.eval import sample_tokenizer
+        from relaxtui.evals.pair import sample_tokenizer
         from relaxtui.evals.runner import local_executor
         from relaxtui.session import load_pair
 
@@ -116,7 +116,7 @@ class PairActor:
 
     def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
         """This node's cost profile as JSON, for the driver to save with the run."""
-        from relaxtui.commands.eval import measure_profile
+        from relaxtui.evals.pair import measure_profile
 
         return measure_profile(self.pair, plan, self.tokenize(sample))
 

@@ -1,26 +1,34 @@
-"""The results folder of an eval run: a manifest of the run-level settings and one JSON line per sample.
+"""The results folder of an eval run: a manifest (the run's identity) and one JSON line per sample.
 
-Lines are appended and flushed as each sample finishes, so a killed run loses at most the sample in flight;
+Lines are appended and fsynced as each sample finishes, so a killed run loses at most the sample in flight;
 on resume a torn last line is cut off and every (config, problem, seed) already present is skipped. Each
 line carries its config id — a hash of everything that shapes an output — so configs never mix.
+
+Both files are read as outside bytes (a folder may be damaged, hand-edited or from another version): the
+manifest must be a JSON object with the fields a report uses, and a result line that is not a well-formed
+record is skipped and counted, never trusted and never a traceback.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 import os
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from relaxtui.errors import UserError
+from relaxtui.evals.identity import ENVIRONMENT, RunIdentity
 
 MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
 MEASURED_PROFILE = "measured-profile.json"  # this machine's cost profile, measured when the run started
-ENVIRONMENT = "environment"  # manifest key for facts about the machine, not part of the run's identity
+MANIFEST_MAX_BYTES = 1 << 20
+LINE_MAX_BYTES = 64 << 20  # one record holds one output (a 32k-token answer is well under 1 MiB)
+TORN = "torn last line (what a kill leaves)"
 
 
 @dataclass(frozen=True)
@@ -39,17 +47,112 @@ class GridPoint:
         return f"{self.rule}{knob} N={self.draft_max}"
 
 
-def config_id(run: dict[str, Any], point: GridPoint) -> str:
-    payload = json.dumps({"run": run, "point": asdict(point)}, sort_keys=True)
-    return hashlib.sha1(payload.encode()).hexdigest()[:12]
+def _is_int(value: object, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
-def _check_writable(directory: Path) -> None:
+def _is_number(value: object, low: float = 0.0) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= low)
+
+
+# field -> check, for the fields the reports, tune and resume read from a record
+_RECORD_FIELDS = {
+    "config_id": lambda v: isinstance(v, str) and bool(v), "problem_id": lambda v: isinstance(v, str),
+    "seed": _is_int, "correct": lambda v: isinstance(v, bool), "output_tokens": _is_int,
+    "decode_s": _is_number, "tokens_per_s": _is_number, "rounds": _is_int, "drafted": _is_int,
+    "accepted": _is_int, "truncated": lambda v: isinstance(v, bool), "degenerate": lambda v: isinstance(v, bool),
+}
+_OPTIONAL_FIELDS = {
+    "draft_lengths": lambda v: isinstance(v, list) and all(_is_int(k) for k in v),
+    "extra_draft_steps": _is_int, "full_accept_rounds": _is_int,
+}
+
+
+def record_problem(record: object) -> str | None:
+    """Why a parsed line is not a usable record (None when it is)."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for name, check in _RECORD_FIELDS.items():
+        if name not in record:
+            return f"no field {name!r}"
+        if not check(record[name]):
+            return f"field {name!r} has the wrong type or value"
+    for name, check in _OPTIONAL_FIELDS.items():
+        if name in record and not check(record[name]):
+            return f"field {name!r} has the wrong type or value"
+    config = record.get("config")
+    if not (isinstance(config, dict) and (config.get("rule") is None or isinstance(config.get("rule"), str))
+            and (config.get("knob") is None or _is_number(config.get("knob"), -math.inf))
+            and _is_int(config.get("draft_max")) and isinstance(config.get("label"), str)):
+        return "field 'config' is not {rule, knob, draft_max, label}"
+    return None
+
+
+@dataclass
+class ReadResult:
+    """The usable records of a results file, and how many lines were skipped for which reason."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def skipped_line(self, path: Path) -> str | None:
+        """One line for stderr naming what was skipped, or None when nothing was."""
+        if not self.skipped:
+            return None
+        total = sum(self.skipped.values())
+        reasons = "; ".join(f"{n} {why}" for why, n in self.skipped.most_common())
+        return f"{path}: skipped {total} line{'s' * (total != 1)} ({reasons})"
+
+
+def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    if len(raw) > LINE_MAX_BYTES:
+        return None, "longer than any record"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except (ValueError, RecursionError):  # JSONDecodeError, ints past Python's digit limit, deep nesting
+        return None, "not JSON"
+    problem = record_problem(value)
+    return (value, None) if problem is None else (None, problem)
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The folder's manifest as a JSON object, None when there is none; a damaged one is a UserError."""
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        if not path.is_file() or path.stat().st_size > MANIFEST_MAX_BYTES:
+            raise UserError(f"{path} is not a manifest (not a file, or over {MANIFEST_MAX_BYTES >> 20} MiB)")
+        value = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
-        raise UserError(f"--out {directory} is not writable: {exc.strerror}") from None
-    if not os.access(directory, os.W_OK):
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8; use another --out") from None
+    except (ValueError, RecursionError):
+        raise UserError(f"{path} is not valid JSON; use another --out") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path} must hold a JSON object (got {type(value).__name__})")
+    for name, kind in (("task", str), ("verifier", str), ("drafter", str)):
+        if name in value and not isinstance(value[name], kind):
+            raise UserError(f"{path}: field {name!r} must be a string")
+    if "temperature" in value and not _is_number(value["temperature"]):
+        raise UserError(f"{path}: field 'temperature' must be a number >= 0")
+    if "parallel" in value and not _is_int(value["parallel"], 1):
+        raise UserError(f"{path}: field 'parallel' must be an integer >= 1")
+    return value
+
+
+def _writable(directory: Path) -> None:
+    """Refuse an --out that cannot be created or written, without creating anything."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"--out {directory}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--out {directory} is not writable")
 
 
@@ -58,53 +161,66 @@ class ResultsStore:
         self.directory = Path(directory)
         self.path = self.directory / RESULTS
 
-    def open_run(self, run: dict[str, Any], environment: dict[str, Any] | None = None) -> None:
-        """Create the folder, or check that its manifest describes this same run (grid points may differ).
+    def check(self, identity: RunIdentity) -> RunIdentity:
+        """Refuse a folder of another run (or a damaged one) without touching it; return what to record."""
+        _writable(self.directory)
+        manifest = read_manifest(self.directory)
+        return identity if manifest is None else identity.resumed_from(manifest, self.directory)
 
-        ``run`` is the run's identity: every setting that changes outputs or speed; resuming with any of them
-        changed is refused, naming them. ``environment`` (e.g. which sandbox protections were active) is
-        recorded, refreshed on resume, and never compared."""
-        _check_writable(self.directory)
+    def open_run(self, identity: RunIdentity, environment: Mapping[str, Any] | None = None) -> str | None:
+        """Create the folder, or check that its manifest describes this same run (grid points may differ),
+        then record the manifest. Returns a line to show when a torn last result line was cut off.
+
+        ``environment`` (e.g. which sandbox protections were active) is recorded, refreshed on resume, and
+        never compared."""
+        recorded = self.check(identity)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--out {self.directory} is not writable: {exc.strerror}") from None
         manifest = self.directory / MANIFEST
-        if manifest.exists():
-            try:
-                existing = json.loads(manifest.read_text())
-            except json.JSONDecodeError:
-                raise UserError(f"{manifest} is not valid JSON; use another --out") from None
-            existing.pop(ENVIRONMENT, None)
-            if existing != run:
-                diff = sorted(k for k in set(existing) | set(run) if existing.get(k) != run.get(k))
-                shown = ", ".join(f"{k} (was {existing.get(k)!r}, now {run.get(k)!r})" for k in diff)
-                raise UserError(f"{self.directory} holds results of another run (differs in {shown}); "
-                                "use another --out or the same settings")
-        if environment is not None or not manifest.exists():
-            content = {**run, **({ENVIRONMENT: environment} if environment is not None else {})}
+        previous = read_manifest(self.directory)
+        if environment is None and previous is not None:
+            environment = previous.get(ENVIRONMENT)
+        content = recorded.manifest(environment if isinstance(environment, Mapping) else None)
+        if content != previous:
             partial = manifest.with_name(MANIFEST + ".partial")
             partial.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
             partial.replace(manifest)  # atomic: a kill never leaves a half-written manifest
-        self._repair_torn_tail()
+        return self._repair_torn_tail()
 
-    def _repair_torn_tail(self) -> None:
+    def _repair_torn_tail(self) -> str | None:
         if not self.path.exists():
-            return
+            return None
         data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with self.path.open("r+b") as stream:
-                stream.truncate(data.rfind(b"\n") + 1)
+        if not data or data.endswith(b"\n"):
+            return None
+        with self.path.open("r+b") as stream:
+            stream.truncate(data.rfind(b"\n") + 1)
+        return f"{self.path}: cut off 1 {TORN}; that sample runs again"
+
+    def read(self) -> ReadResult:
+        """Every usable record in file order, and the lines skipped (a torn last line among them)."""
+        result = ReadResult()
+        if not self.path.exists():
+            return result
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read {self.path}: {exc.strerror}") from None
+        lines = data.split(b"\n")
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            record, problem = _parse_line(raw)
+            if record is not None:
+                result.records.append(record)
+            else:
+                result.skipped[TORN if number == len(lines) else str(problem)] += 1
+        return result
 
     def records(self) -> Iterator[dict[str, Any]]:
-        if not self.path.exists():
-            return
-        with self.path.open(encoding="utf-8") as stream:
-            for number, line in enumerate(stream, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    if not line.endswith("\n"):
-                        return  # a torn last line from a killed run
-                    raise UserError(f"{self.path}:{number}: malformed result line") from None
+        yield from self.read().records
 
     def done_keys(self) -> set[tuple[str, str, int]]:
         return {(r["config_id"], r["problem_id"], r["seed"]) for r in self.records()}
@@ -116,15 +232,22 @@ class ResultsStore:
             os.fsync(stream.fileno())
 
 
-def load_records(directory: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The manifest and every result line of a run folder (for `eval report`)."""
+@dataclass(frozen=True)
+class RunFolder:
+    """What `eval report` reads: the run's settings, its usable records, and what was skipped."""
+
+    settings: dict[str, Any]
+    records: list[dict[str, Any]]
+    skipped_line: str | None
+
+
+def load_records(directory: Path) -> RunFolder:
+    """The manifest and every usable result line of a run folder (for `eval report`)."""
     directory = Path(directory)
-    manifest = directory / MANIFEST
-    if not manifest.exists():
+    manifest = read_manifest(directory)
+    if manifest is None:
         raise UserError(f"{directory} is not an eval run folder (no {MANIFEST})")
-    try:
-        run = json.loads(manifest.read_text())
-    except json.JSONDecodeError:
-        raise UserError(f"{manifest} is not valid JSON") from None
-    run.pop(ENVIRONMENT, None)
-    return run, list(ResultsStore(directory).records())
+    store = ResultsStore(directory)
+    read = store.read()
+    settings = {k: v for k, v in manifest.items() if k != ENVIRONMENT}
+    return RunFolder(settings, read.records, read.skipped_line(store.path))

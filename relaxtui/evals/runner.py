@@ -20,7 +20,8 @@ from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.evals.degeneracy import is_degenerate
-from relaxtui.evals.results import GridPoint, ResultsStore, config_id
+from relaxtui.evals.identity import RunIdentity
+from relaxtui.evals.results import GridPoint, ResultsStore
 from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.rules import PAPER_GRID, RULES, Rule, make
 
@@ -111,10 +112,10 @@ class WorkUnit:
         return self.config_id, self.sample.id, self.seed
 
 
-def plan_units(samples: Sequence[Sample], plan: EvalPlan, run: dict[str, Any]) -> list[WorkUnit]:
+def plan_units(samples: Sequence[Sample], plan: EvalPlan, identity: RunIdentity) -> list[WorkUnit]:
     """Every unit of the run, problem-major: each (problem, seed) goes through every config before the next
     one starts, so a machine that speeds up or slows down mid-run shifts all configs alike (paired runs)."""
-    points = [(point, config_id(run, point)) for point in plan.points()]
+    points = [(point, identity.config_id(point)) for point in plan.points()]
     return [WorkUnit(sample, point, cid, plan.seed + repeat, repeat)
             for sample in samples for repeat in range(plan.repeats) for point, cid in points]
 
@@ -185,13 +186,13 @@ class Executor(Protocol):
             should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]: ...
 
 
-def run_units(task: Task, samples: Sequence[Sample], plan: EvalPlan, run: dict[str, Any], store: ResultsStore,
+def run_units(task: Task, samples: Sequence[Sample], plan: EvalPlan, identity: RunIdentity, store: ResultsStore,
               executor: Executor, on_sample: Callable[[SampleDone], None] = lambda _: None,
               should_stop: Callable[[], bool] = lambda: False) -> None:
     """The driver: plan the units, skip what the store already has, append each record as it arrives.
     Only the driver writes, so resume and deduplication live in one place whatever the executor is."""
-    store.open_run(run)
-    units = plan_units(samples, plan, run)
+    store.open_run(identity)
+    units = plan_units(samples, plan, identity)
     done_keys = store.done_keys()
     todo = [unit for unit in units if unit.key not in done_keys]
     skipped = len(units) - len(todo)
@@ -206,14 +207,14 @@ def run_units(task: Task, samples: Sequence[Sample], plan: EvalPlan, run: dict[s
         on_sample(SampleDone(record, done, len(units), skipped))
 
 
-def run_eval(task: Task, samples: Sequence[Sample], plan: EvalPlan, run: dict[str, Any], store: ResultsStore,
+def run_eval(task: Task, samples: Sequence[Sample], plan: EvalPlan, identity: RunIdentity, store: ResultsStore,
              verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
              on_sample: Callable[[SampleDone], None] = lambda _: None,
              should_stop: Callable[[], bool] = lambda: False) -> None:
     """Run the plan on one local pair: one sequence at a time, or as many at once as its contexts hold."""
     if drafter is None and any(p.rule is not None for p in plan.points()):
         raise UserError("speculative configs need a drafter; pass --drafter or only --no-spec")
-    run_units(task, samples, plan, run, store, local_executor(verifier, drafter, tokenize), on_sample, should_stop)
+    run_units(task, samples, plan, identity, store, local_executor(verifier, drafter, tokenize), on_sample, should_stop)
 
 
 def local_executor(verifier: Backend, drafter: Drafter | None,

@@ -1,0 +1,94 @@
+"""A run's identity: every setting that shapes its outputs or speed, and the model files by content.
+
+Why one object: the manifest, the config ids and the refusal to resume another run must agree. Built here
+once from the plan and the model options, a new plan field is recorded, hashed and compared by construction.
+Models are named *and* fingerprinted (size plus a digest of the header and of sampled tensor bytes), so a
+different file under the same name is refused instead of resuming and mixing its results with the old ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from relaxtui.errors import UserError
+
+if TYPE_CHECKING:
+    from relaxtui.evals.results import GridPoint
+    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.tasks.base import Task
+    from relaxtui.session import ModelOptions
+
+MODELS = "models"  # manifest key: model file name -> content fingerprint (compared, never hashed into config ids)
+ENVIRONMENT = "environment"  # manifest key: facts about the machine (recorded, never compared)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """``settings`` go into every config id and must match on resume; ``models`` must match for every file
+    both runs know (a driver that never sees a file, as on Ray, records what it has)."""
+
+    settings: Mapping[str, Any]
+    models: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, task: Task, options: ModelOptions, plan: EvalPlan, *, thinking: str | None, data: Path | None,
+           models: Mapping[str, str] | None = None) -> RunIdentity:
+        model_drafter = options.drafter and options.draft_kind == "model"
+        params = plan.sampling
+        # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when
+        # K > 1, so one-at-a-time folders from before keep resuming)
+        batched = {"parallel": options.parallel} if options.parallel > 1 else {}
+        settings = {
+            **batched, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
+            "drafter": Path(options.drafter).name if model_drafter else options.draft_kind,
+            "draft_kind": options.draft_kind,
+            "ngram": [options.ngram_min, options.ngram_max] if options.draft_kind == "ngram" else None,
+            "draft_min": plan.draft_min, "draft_p_min": options.draft_p_min, "draft_adapt": plan.adaptive,
+            "bonus": plan.bonus, "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
+            "max_tokens": plan.max_tokens, "thinking": thinking, "system": None, "ctx_size": options.ctx_size,
+            "threads": options.threads, "gpu_layers": options.gpu_layers, "data": str(data) if data else None,
+        }
+        return cls(settings, dict(models or {}))
+
+    def config_id(self, point: GridPoint) -> str:
+        payload = json.dumps({"run": dict(self.settings), "point": asdict(point)}, sort_keys=True)
+        return hashlib.sha1(payload.encode()).hexdigest()[:12]
+
+    def manifest(self, environment: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        content: dict[str, Any] = {**self.settings, MODELS: dict(self.models)}
+        if environment is not None:
+            content[ENVIRONMENT] = dict(environment)
+        return content
+
+    def resumed_from(self, manifest: Mapping[str, Any], where: Path) -> RunIdentity:
+        """This identity, checked against a folder's manifest: the settings must be equal and every model both
+        know must be the same file. Returns the identity to record (with the folder's fingerprints of models
+        this machine does not have). A manifest from before fingerprints is taken as it is."""
+        existing = {k: v for k, v in manifest.items() if k not in (MODELS, ENVIRONMENT)}
+        if existing != dict(self.settings):
+            diff = sorted(k for k in set(existing) | set(self.settings) if existing.get(k) != self.settings.get(k))
+            shown = ", ".join(f"{k} (was {existing.get(k)!r}, now {self.settings.get(k)!r})" for k in diff)
+            raise UserError(f"{where} holds results of another run (differs in {shown}); "
+                            "use another --out or the same settings")
+        recorded = manifest.get(MODELS) or {}
+        if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
+            raise UserError(f"{where / 'manifest.json'}: field {MODELS!r} must map file names to fingerprints")
+        for name, fingerprint in self.models.items():
+            if name in recorded and recorded[name] != fingerprint:
+                raise UserError(f"{where} was run with another file named {name} (fingerprint {recorded[name]}, "
+                                f"this one {fingerprint}): its results are not this model's; use another --out")
+        return RunIdentity(self.settings, {**recorded, **self.models})
+
+
+def fingerprints(paths: Mapping[str, Path | None], *,
+                 fingerprint: Callable[[Path], str] | None = None) -> dict[str, str]:
+    """File name -> content fingerprint for the models that exist on this machine (others are skipped)."""
+    if fingerprint is None:
+        from relaxtui.engine.gguf import model_fingerprint as fingerprint
+    return {Path(name).name: fingerprint(path) for name, path in paths.items() if path is not None}
+

@@ -1,0 +1,203 @@
+"""A run folder is outside input too: damaged manifests and result lines, same-name model files, refused runs.
+
+Fuzzing (hypothesis) feeds random and mutated bytes to the manifest and results readers: nothing but the
+project's own UserError may come out, and every non-blank line is either a record or counted as skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from relaxtui.cli import main
+from relaxtui.errors import UserError
+from relaxtui.evals.identity import MODELS, RunIdentity
+from relaxtui.evals.results import TORN, ResultsStore, load_records, read_manifest, record_problem
+from tests.test_cli import fails_with
+from tests.test_report import record
+
+FUZZ = settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                 max_size=4), max_leaves=12)
+GOOD = record("c1", "strict", 3, "p1", 0, True)
+MANIFEST = {"task": "aime", "verifier": "v.gguf", "drafter": "d.gguf", "temperature": 0.6}
+
+
+def mutations() -> st.SearchStrategy[object]:
+    """A valid record with one field dropped or replaced by any JSON value (the classes a damaged line has)."""
+    def mutate(key: str, value: object, drop: bool) -> object:
+        changed = dict(GOOD)
+        if drop:
+            changed.pop(key)
+        else:
+            changed[key] = value
+        return changed
+    return st.builds(mutate, st.sampled_from(sorted(GOOD)), JSON, st.booleans())
+
+
+@FUZZ
+@given(lines=st.lists(st.binary(max_size=40) | JSON.map(json.dumps).map(str.encode)
+                      | mutations().map(json.dumps).map(str.encode), max_size=6), torn=st.booleans())
+def test_results_reader_skips_and_counts_whatever_a_line_holds(tmp_path_factory, lines, torn):
+    store = ResultsStore(tmp_path_factory.mktemp("run"))
+    data = b"\n".join(line.replace(b"\n", b" ") for line in lines) + (b"" if torn else b"\n")
+    store.path.write_bytes(data)
+    read = store.read()
+    assert len(read.records) + sum(read.skipped.values()) == sum(1 for line in data.split(b"\n") if line.strip())
+    assert all(record_problem(r) is None for r in read.records)
+    summary = read.skipped_line(store.path)
+    assert (summary is None) == (not read.skipped)
+
+
+@FUZZ
+@given(content=st.binary(max_size=64) | JSON.map(json.dumps).map(str.encode)
+       | st.dictionaries(st.sampled_from(["task", "verifier", "drafter", "temperature", "parallel", MODELS]), JSON)
+       .map(json.dumps).map(str.encode))
+def test_manifest_reader_raises_only_user_errors(tmp_path_factory, content):
+    folder = tmp_path_factory.mktemp("run")
+    (folder / "manifest.json").write_bytes(content)
+    try:
+        manifest = read_manifest(folder)
+    except UserError as exc:
+        assert "\n" not in str(exc) and "manifest.json" in str(exc)
+        return
+    assert isinstance(manifest, dict)
+    try:  # resuming against it: refused or accepted, never a traceback
+        ResultsStore(folder).check(RunIdentity(MANIFEST, {"v.gguf": "1:aa"}))
+    except UserError:
+        pass
+
+
+@FUZZ
+@given(content=st.binary(max_size=64) | JSON.map(json.dumps).map(str.encode), rows=st.lists(mutations(), max_size=3))
+def test_report_on_a_damaged_folder_is_a_table_or_one_line(tmp_path_factory, capsys, content, rows):
+    folder = tmp_path_factory.mktemp("run")
+    (folder / "manifest.json").write_bytes(content)
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [GOOD, *rows]))
+    code = main(["eval", "report", str(folder)])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 2:
+        assert err.count("relaxtui: error:") == 1
+
+
+def test_deep_nesting_and_huge_numbers_are_skipped_lines(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.path.write_bytes(b"[" * 100_000 + b"\n" + b'{"seed": 1' + b"0" * 5000 + b"}\n"
+                           + b'{"config_id": "\xff"}\n' + json.dumps(GOOD).encode() + b"\n")
+    read = store.read()
+    assert read.records == [GOOD]
+    assert read.skipped == {"not JSON": 2, "not UTF-8": 1}
+
+
+def test_a_manifest_of_the_wrong_type_is_one_line(capsys, tmp_path):
+    (tmp_path / "manifest.json").write_text("[1, 2]")
+    fails_with(capsys, ["eval", "report", str(tmp_path)], "must hold a JSON object (got list)")
+    (tmp_path / "manifest.json").write_text(json.dumps({**MANIFEST, "parallel": "16"}))
+    fails_with(capsys, ["eval", "report", str(tmp_path)], "field 'parallel' must be an integer >= 1")
+    (tmp_path / "manifest.json").write_bytes(b'{"task": "\xff"}')
+    fails_with(capsys, ["eval", "report", str(tmp_path)], "is not UTF-8")
+
+
+def test_report_counts_a_torn_last_line_and_other_skipped_lines(capsys, tmp_path):
+    store = ResultsStore(tmp_path)
+    store.open_run(RunIdentity(MANIFEST))
+    store.append(GOOD)
+    store.append(record("c0", None, 0, "p1", 0, True))
+    with store.path.open("a") as stream:
+        stream.write('"just a string"\n{"config_id": "torn')
+    assert main(["eval", "report", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "results.jsonl: skipped 2 lines (" in err and f"1 {TORN}" in err and "1 not a JSON object" in err, err
+    folder = load_records(tmp_path)
+    assert len(folder.records) == 2 and folder.settings[MODELS] == {}
+
+
+def test_resume_cuts_the_torn_line_and_says_so(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.open_run(RunIdentity(MANIFEST))
+    store.append(GOOD)
+    with store.path.open("a") as stream:
+        stream.write('{"config_id": "to')
+    said = store.open_run(RunIdentity(MANIFEST))
+    assert said is not None and TORN in said
+    assert store.path.read_text() == json.dumps(GOOD) + "\n"
+
+
+def test_another_file_under_the_same_name_is_refused_naming_both(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.open_run(RunIdentity(MANIFEST, {"v.gguf": "100:aaaa"}))
+    with pytest.raises(UserError, match=r"another file named v.gguf \(fingerprint 100:aaaa, this one 100:bbbb\)"):
+        store.check(RunIdentity(MANIFEST, {"v.gguf": "100:bbbb"}))
+    # a driver that does not hold the file (Ray) keeps what the folder recorded
+    assert store.check(RunIdentity(MANIFEST)).models == {"v.gguf": "100:aaaa"}
+    # the same file resumes; a folder from before fingerprints records them now
+    assert store.check(RunIdentity(MANIFEST, {"v.gguf": "100:aaaa"})).models == {"v.gguf": "100:aaaa"}
+    legacy = ResultsStore(tmp_path / "legacy")
+    legacy.directory.mkdir()
+    (legacy.directory / "manifest.json").write_text(json.dumps(MANIFEST))
+    assert legacy.check(RunIdentity(MANIFEST, {"v.gguf": "1:cc"})).models == {"v.gguf": "1:cc"}
+
+
+def test_config_ids_do_not_depend_on_fingerprints():
+    """Folders from before fingerprints keep their config ids, so their records still resume."""
+    from relaxtui.evals.results import GridPoint
+
+    point = GridPoint("strict", None, 3)
+    assert RunIdentity(MANIFEST).config_id(point) == RunIdentity(MANIFEST, {"v.gguf": "1:aa"}).config_id(point)
+    assert RunIdentity(MANIFEST).config_id(point) != RunIdentity({**MANIFEST, "top_k": 1}).config_id(point)
+
+
+def folder_state(path):
+    return None if not path.exists() else sorted((p.name, p.read_bytes()) for p in path.iterdir())
+
+
+@pytest.mark.model
+def test_a_refused_run_leaves_the_folder_as_it_was(capsys, tmp_path, test_model_path):
+    base = ["eval", "aime", "--limit", "1", "--no-spec", "--max-tokens", "4", "--verifier", str(test_model_path),
+            "--threads", "1"]
+    out = tmp_path / "out"
+    fails_with(capsys, [*base, "--out", str(out), "--parallel", "100000"], "--parallel 100000")
+    assert not out.exists()
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(test_model_path.read_bytes()[:4096])
+    fails_with(capsys, [*base[:-4], "--verifier", str(broken), "--out", str(out)], "broken.gguf")
+    assert not out.exists()
+    assert main([*base, "--out", str(out)]) == 0  # a real run, then a refused resume leaves it untouched
+    capsys.readouterr()
+    before = folder_state(out)
+    fails_with(capsys, [*base, "--out", str(out), "--parallel", "100000"], "--parallel 100000")
+    assert folder_state(out) == before
+
+
+@pytest.mark.model
+def test_a_different_model_file_under_the_recorded_name_is_refused(capsys, tmp_path, test_model_path):
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(test_model_path, model)
+    argv = ["eval", "aime", "--limit", "1", "--no-spec", "--max-tokens", "4", "--verifier", str(model),
+            "--threads", "1", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    data = bytearray(model.read_bytes())
+    at = data.index(b"general.name") + 40  # a byte of the header: another file, same name and size
+    data[at] ^= 0x01
+    model.write_bytes(bytes(data))
+    before = folder_state(tmp_path / "out")
+    fails_with(capsys, argv, "another file named model.gguf")
+    assert folder_state(tmp_path / "out") == before
+
+
+def test_tune_refuses_what_eval_refuses_before_loading(capsys, tmp_path):
+    out = tmp_path / "tune"
+    missing = ["--verifier", str(tmp_path / "nope.gguf"), "--out", str(out)]
+    fails_with(capsys, ["tune", "aime", "--rule", "mentored", "--alpha", "2", *missing], "out of range for 'mentored'")
+    fails_with(capsys, ["tune", "aime", "--rule", "nope", *missing], "unknown rule 'nope'")
+    fails_with(capsys, ["tune", "aime", "--max-drop", "nan", *missing], "--max-drop")
+    fails_with(capsys, ["tune", "aime", "--profile", "nope", *missing], "nope")
+    fails_with(capsys, ["tune", "aime", *missing], "nope.gguf")  # the model is checked before the folder
+    assert not out.exists()
