@@ -1,4 +1,4 @@
-"""Eval reports from constructed records: paired evidence, proxy speed-ups per profile, the JSON contract, plots."""
+"""Eval reports from constructed records: paired evidence, priced speed-ups per profile, the JSON contract, plots."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from relaxtui.cli import main
 from relaxtui.costmodel.profiles import SHIPPED, CostProfile
+from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.report import summarise
 from relaxtui.evals.results import ResultsStore
 from relaxtui.evals.stats import paired_difference, problems_to_resolve, t_quantile_975
@@ -84,7 +85,7 @@ def test_summary_references_speed_ups_and_proxy_by_hand():
 @pytest.fixture
 def run_folder(tmp_path):
     store = ResultsStore(tmp_path / "run")
-    store.open_run({"task": "aime", "verifier": "v.gguf", "drafter": "d.gguf", "temperature": 0.6})
+    store.open_run(RunIdentity({"task": "aime", "verifier": "v.gguf", "drafter": "d.gguf", "temperature": 0.6}))
     for row in constructed_run():
         store.append(row)
     return tmp_path / "run"
@@ -96,14 +97,18 @@ def test_report_json_contract(capsys, run_folder):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["config"] for line in lines] == ["no-spec", "strict N=3", "cactus(1) N=3"]
     for line in lines:
-        for key in ("config", "rule", "knob", "draft_max", "samples", "accuracy", "proxy_speedup",
-                    "length_adjusted_speedup", "delta_accuracy", "delta_ci95", "pairs"):
+        for key in ("config", "rule", "knob", "draft_max", "samples", "accuracy", "priced_speedup",
+                    "length_adjusted_speedup", "delta_accuracy", "delta_ci95", "pairs", "wall_clock_speedup",
+                    "wall_clock_speedup_ci95"):
             assert key in line, key
-        assert set(line["proxy_speedup"]) == {"paper-gb200", "paper-gb200-optimistic"}
+        assert set(line["priced_speedup"]) == {"paper-gb200", "paper-gb200-optimistic"}
+        # the names before the one vocabulary, kept for old scripts
+        assert line["proxy_speedup"] == line["priced_speedup"]
+        assert line["measured_speedup"] == line["wall_clock_speedup"]
     cactus = lines[2]
     assert cactus["pairs"] == 4 and cactus["delta_accuracy"] == pytest.approx(0.25) and len(cactus["delta_ci95"]) == 2
     optimistic = SHIPPED["paper-gb200-optimistic"]
-    assert cactus["proxy_speedup"]["paper-gb200-optimistic"] == pytest.approx(
+    assert cactus["priced_speedup"]["paper-gb200-optimistic"] == pytest.approx(
         480 * 12.448 / (4 * (24 * (12.448 + 3 * 3.929) + 12.448 + 3.929)))
     assert optimistic.round_cost_ms(1) == pytest.approx(12.448 + 3.929)
     for name in ("summary.csv", "summary.md", "pareto.png"):
@@ -113,14 +118,15 @@ def test_report_json_contract(capsys, run_folder):
 def test_a_parallel_run_reports_no_wall_clock_speed_up_but_keeps_the_proxy(capsys, tmp_path):
     """With --parallel K a verifier-alone sequence waits for its batch-mates' drafts, so per-pair tokens/s
     ratios say nothing about the configs (a K=16 math500 run showed strict at "2.6x" the verifier alone): the
-    report leaves the measured column out and says why; the proxy, from each config's own rounds, stays."""
+    report leaves the wall-clock column out and says why; the proxy, from each config's own rounds, stays."""
     store = ResultsStore(tmp_path / "run")
-    store.open_run({"parallel": 16, "task": "aime", "verifier": "v.gguf", "drafter": "d.gguf", "temperature": 0.6})
+    store.open_run(RunIdentity({"parallel": 16, "task": "aime", "verifier": "v.gguf", "drafter": "d.gguf",
+                                "temperature": 0.6}))
     for row in constructed_run():
         store.append(row)
     assert main(["eval", "report", str(tmp_path / "run"), "--profile", "paper-gb200"]) == 0
     out = capsys.readouterr().out
-    assert "measured: left out — this run decoded 16 sequences per batch" in out
+    assert "wall-clock: left out — this run decoded 16 sequences per batch" in out
     summaries = {s.label: s for s in summarise(constructed_run(), [SHIPPED["paper-gb200"]], wall_clock=False)}
     assert all(s.measured_speedup is None for s in summaries.values())
     with_clock = {s.label: s for s in summarise(constructed_run(), [SHIPPED["paper-gb200"]])}
@@ -145,7 +151,7 @@ def test_report_bad_profiles_are_one_line(capsys, run_folder, argv, message):
 
 def test_length_adjustment_without_a_verifier_alone_config_is_refused(capsys, tmp_path):
     store = ResultsStore(tmp_path / "run")
-    store.open_run({"task": "aime", "verifier": "v", "drafter": "d", "temperature": 0.6})
+    store.open_run(RunIdentity({"task": "aime", "verifier": "v", "drafter": "d", "temperature": 0.6}))
     store.append(record("strict3", "strict", 3, "p1", 0, True))
     assert main(["eval", "report", str(tmp_path / "run"), "--length-adjusted"]) == 2
     assert "needs a verifier-alone config" in capsys.readouterr().err
@@ -170,4 +176,45 @@ def test_plot_labels_never_overlap():
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             assert not (a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1), "labels overlap"
+    frame = axes.get_window_extent(renderer)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes), \
+        "a label left the axes (it would run into the tick labels)"
     plt.close(figure)
+
+
+def test_plot_y_range_fits_the_points_and_their_intervals():
+    from relaxtui.evals.plot import y_range
+
+    rows = [record("c1", "strict", 3, f"p{i}", 0, i % 4 != 0) for i in range(8)]
+    rows += [record("c0", None, 0, f"p{i}", 0, i % 2 == 0) for i in range(8)]
+    summaries = summarise(rows)
+    low, high = y_range(summaries)
+    for s in summaries:
+        half = 0 if s.delta is None else s.delta.interval.half_width
+        assert low <= max(-1, 100 * (s.accuracy - half)) and min(101, 100 * (s.accuracy + half)) <= high
+    assert high - low < 103  # not the fixed 0..100 of before
+    narrow = summarise([record("c0", None, 0, f"p{i}", 0, i < 7) for i in range(8)])
+    assert y_range(narrow)[1] - y_range(narrow)[0] == pytest.approx(10)
+
+
+def test_degenerate_intervals_render_n_a_and_small_or_truncated_samples_warn():
+    from relaxtui.evals.report import render_table, warnings
+
+    few = [record("c0", None, 0, f"p{i}", 0, i == 0) for i in range(3)]
+    few += [record("c1", "strict", 3, f"p{i}", 0, i < 2) for i in range(3)]
+    for row in few:
+        row["truncated"] = True
+    table = render_table(summarise(few))
+    strict = next(line for line in table.splitlines() if line.startswith("strict N=3"))
+    assert " n/a " in strict and "[n/a]" in strict and "±0.0" not in table
+    said = warnings(summarise(few))
+    assert said[0].startswith("warning: only 3 problems") and any("100% of answers hit the token budget" in line
+                                                                   for line in said)
+    # enough problems, but every pair ties: no spread, so no interval either
+    tied = [record("c0", None, 0, f"p{i}", 0, True) for i in range(8)]
+    tied += [record("c1", "strict", 3, f"p{i}", 0, True) for i in range(8)]
+    strict = next(line for line in render_table(summarise(tied)).splitlines() if line.startswith("strict N=3"))
+    assert "+0.0 [n/a]" in strict and warnings(summarise(tied)) == []
+    spread = [record("c0", None, 0, f"p{i}", 0, i % 2 == 0) for i in range(8)]
+    spread += [record("c1", "strict", 3, f"p{i}", 0, i % 3 == 0, tps=9.0 + i) for i in range(8)]
+    assert "n/a" not in render_table(summarise(spread))

@@ -38,7 +38,7 @@ def test_best_strict_first_then_relaxed_whose_paired_interval_clears_the_drop():
         summary("ensemble(0.9) N=3", "ensemble", 1.15, 0.61, knob=0.9, wins=4),  # not faster than strict
     ]
     advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
-    assert advice.basis == "proxy speed-up under cost profile 'unit'"
+    assert advice.basis == "priced speed-up under cost profile 'unit'"
     assert advice.best_strict.label == "strict N=3"
     assert [s.label for s in advice.relaxed_winners] == ["cactus(1) N=3"]
     assert [(u.summary.label, u.problems_needed) for u in advice.unresolved] == [("mentored(0.95) N=3", None)]
@@ -62,6 +62,16 @@ def test_a_close_but_wide_interval_says_how_many_problems_would_resolve_it():
         advice.lines())
 
 
+def test_advice_never_asks_for_more_problems_than_the_task_has():
+    summaries = [summary("no-spec", None, 1.0, 0.5, problems=40),
+                 summary("strict N=3", "strict", 1.2, 0.5, problems=40),
+                 summary("cactus(1) N=3", "cactus", 1.4, 0.5, problems=40, knob=1.0, wins=3, losses=3)]
+    bounded = "\n".join(recommend(summaries, max_drop=2.0, profile=PROFILE, task_size=500).lines())
+    assert "the whole task (500 problems) would not resolve --max-drop 2" in bounded and "more problems" not in bounded
+    assert "lose at most 2 accuracy points" in bounded and "-2 points" not in bounded
+    assert "more problems (" in "\n".join(recommend(summaries, max_drop=2.0, profile=PROFILE, task_size=5000).lines())
+
+
 def test_a_few_tied_pairs_are_not_proof():
     summaries = [summary("no-spec", None, 1.0, 0.0, problems=3),
                  summary("strict N=3", "strict", 1.2, 0.0, problems=3),
@@ -79,11 +89,11 @@ def test_when_strict_does_not_pay_say_so_with_the_break_even_length():
     assert line.startswith("1. speculation does not pay here") and "mean accepted length of 1.50" in line
 
 
-def test_without_a_profile_speed_is_the_measured_one():
+def test_without_a_profile_speed_is_the_wall_clock_one():
     plain = [ConfigSummary("no-spec", None, None, 0, 5, 5, 0.5, 0.1, 1, 0, 0, 0, 1, 10.0),
              ConfigSummary("strict N=3", "strict", None, 3, 5, 5, 0.5, 0.1, 1, 0, 0, 0.8, 3, 12.0)]
     advice = recommend(plain, max_drop=1.0)
-    assert advice.basis.startswith("measured") and advice.best_strict is None  # no measured speed-up to rank
+    assert advice.basis.startswith("wall-clock") and advice.best_strict is None  # no wall-clock speed-up to rank
 
 
 @pytest.mark.model
@@ -94,5 +104,5 @@ def test_tiny_real_tune(capsys, tmp_path, test_model_path):
     assert code == 0
     out = capsys.readouterr().out
     assert "Pareto front:" in out and "strict N=1" in out and "cactus(1) N=" in out
-    assert "speed-up = proxy speed-up under cost profile 'measured'" in out and "caveat: only 2 problems" in out
+    assert "speed-up = priced speed-up under cost profile 'this-machine'" in out and "caveat: only 2 problems" in out
     assert (tmp_path / "summary.md").exists()

@@ -1,9 +1,10 @@
-"""The capability-vs-speed plot: one panel per cost profile (or the measured speed-up when no profile is given).
+"""The capability-vs-speed plot: one panel per cost profile (or the wall-clock speed-up when no profile is given).
 
 x is the speed-up, y the accuracy; each config's error bar is its paired 95% interval against its reference
 (strict at the same N, else the verifier alone), drawn around its own accuracy. Labels are placed by a small
-greedy search over offsets so that no two labels, and no label and point, overlap — a plot where two configs
-land on the same spot still reads.
+greedy search over offsets so that no two labels, and no label and point, overlap, and no label leaves the
+axes (where it would run into tick labels) — a plot where two configs land on the same spot still reads. The
+legend sits below the panels, outside the data, and the y range fits the points and their intervals.
 """
 
 from __future__ import annotations
@@ -20,24 +21,27 @@ _OFFSETS = [(dx * r, dy * r) for r in (1, 2, 3, 4, 6)
 
 
 def panels(summaries: Sequence[ConfigSummary]) -> list[tuple[str, dict[str, float]]]:
-    """(title, {label: x}) per panel: the length-adjusted proxy speed-up per profile when available, else
-    the proxy; with no profile, the measured speed-up."""
+    """(title, {label: x}) per panel: the length-adjusted priced speed-up per profile when available, else
+    the priced one; with no profile, the wall-clock speed-up."""
     result = []
     for name in profile_names(summaries):
         adjusted = all(s.length_adjusted.get(name) is not None for s in summaries)
         values = {s.label: (s.length_adjusted[name] if adjusted else s.proxy[name]) for s in summaries}
-        kind = "length-adjusted proxy speed-up" if adjusted else "proxy speed-up"
+        kind = "length-adjusted priced speed-up" if adjusted else "priced speed-up"
         result.append((f"{kind}, profile {name}", values))
     if not result:
         measured = {s.label: s.speedup for s in summaries if s.speedup is not None}
         if measured:
-            result.append(("measured speed-up vs verifier alone (tokens/s, geometric mean of pairs)", measured))
+            result.append(("wall-clock speed-up vs verifier alone (tokens/s, geometric mean of pairs)", measured))
     return result
 
 
 def place_labels(axes, points: list[tuple[float, float, str]], renderer) -> list:  # type: ignore[no-untyped-def]
-    """Annotate each point with its label at the first offset whose box overlaps no earlier label and no point;
-    returns the annotations (their boxes are pairwise disjoint when some free offset existed)."""
+    """Annotate each point with its label at the first offset whose box overlaps no earlier label and no point
+    and stays inside the axes; returns the annotations (their boxes are pairwise disjoint when some free offset
+    existed)."""
+    frame = axes.get_window_extent(renderer)
+    inside = (frame.x0, frame.y0, frame.x1, frame.y1)
     taken = []
     point_boxes = []
     for x, y, _ in points:
@@ -51,7 +55,7 @@ def place_labels(axes, points: list[tuple[float, float, str]], renderer) -> list
                                  ha="left" if dx >= 0 else "right")
             box = note.get_window_extent(renderer)
             bounds = (box.x0, box.y0, box.x1, box.y1)
-            clash = any(_overlap(bounds, other) for other in taken + point_boxes)
+            clash = not _within(bounds, inside) or any(_overlap(bounds, other) for other in taken + point_boxes)
             if not clash:
                 chosen = note
                 taken.append(bounds)
@@ -67,6 +71,26 @@ def place_labels(axes, points: list[tuple[float, float, str]], renderer) -> list
 
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _within(a: tuple[float, float, float, float], frame: tuple[float, float, float, float]) -> bool:
+    return a[0] >= frame[0] and a[1] >= frame[1] and a[2] <= frame[2] and a[3] <= frame[3]
+
+
+def y_range(summaries: Sequence[ConfigSummary]) -> tuple[float, float]:
+    """Accuracy limits (%) that hold every point and its interval with a margin, within 0..100, at least 10 high."""
+    lows, highs = [], []
+    for s in summaries:
+        half = 0.0 if s.delta is None or math.isnan(s.delta.interval.half_width) else s.delta.interval.half_width
+        lows.append(100 * (s.accuracy - half))
+        highs.append(100 * (s.accuracy + half))
+    low, high = min(lows, default=0.0), max(highs, default=100.0)
+    pad = max(2.0, 0.08 * (high - low))
+    low, high = max(-1.0, low - pad), min(101.0, high + pad)
+    if high - low < 10:
+        middle = (high + low) / 2
+        low, high = max(-1.0, middle - 5), min(101.0, middle + 5)
+    return low, high
 
 
 def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
@@ -93,20 +117,21 @@ def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
                               capsize=3)
         front = pareto_front([(xs[s.label], 100 * s.accuracy) for s in placed])
         axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="tab:red", label="Pareto front", zorder=1)
-        axes.scatter([], [], marker="s", color="black", label="verifier alone")
-        axes.scatter([], [], marker="*", color="tab:green", s=120, label="strict")
-        axes.scatter([], [], marker="o", color="tab:blue", label="relaxed")
         axes.axvline(1.0, color="black", linewidth=0.6, alpha=0.5)
         axes.set_xlabel(panel_title, fontsize=8)
         axes.set_ylabel("accuracy (%) ± paired 95% interval vs reference")
-        axes.set_ylim(-3, 103)
+        axes.set_ylim(*y_range(placed))
         low, high = min(xs[s.label] for s in placed), max(xs[s.label] for s in placed)
         axes.set_xlim(min(low, 1.0) - 0.15 * max(high - low, 0.2), max(high, 1.0) + 0.45 * max(high - low, 0.2))
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=7, loc="lower left")
         labelled.append((axes, [(xs[s.label], 100 * s.accuracy, s.label) for s in placed]))
+    legend = [plt.Line2D([], [], linestyle="--", color="tab:red", label="Pareto front"),
+              plt.Line2D([], [], marker="s", color="black", linestyle="", label="verifier alone"),
+              plt.Line2D([], [], marker="*", color="tab:green", linestyle="", markersize=11, label="strict"),
+              plt.Line2D([], [], marker="o", color="tab:blue", linestyle="", label="relaxed")]
+    figure.legend(handles=legend, loc="lower center", ncol=len(legend), fontsize=8, frameon=False)
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.05, 1, 1))
     figure.canvas.draw()  # labels last: data-to-pixel transforms are final only after layout and a draw
     renderer = figure.canvas.get_renderer()
     for axes, points in labelled:

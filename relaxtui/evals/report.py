@@ -1,12 +1,14 @@
-"""Per-config summaries of an eval run: capability with paired evidence, speed measured and priced (SPEC §3).
+"""Per-config summaries of an eval run: capability with paired evidence, speed on the wall clock and priced.
 
 Everything here reads result records (and cost profiles) only, so `relaxtui eval report DIR` rebuilds it
 without a model. Accuracy is avg@n with a 95% interval over problems. Each config is compared with its
 *reference* — strict at the same N when the run has it, else the verifier alone — on the (problem, seed)
-pairs both ran: Δaccuracy with a paired 95% interval, wins and losses. Speed is reported three ways:
-measured (geometric mean of per-pair tokens/s ratios against the verifier alone, with its interval), and
-for each cost profile the proxy speed-up (the run's own rounds priced by the profile) and its
-length-adjusted value (divided by the output-length ratio against the verifier alone on shared pairs).
+pairs both ran: Δaccuracy with a paired 95% interval, wins and losses. Speed is reported two ways (see
+docs/metrics.md): the *wall-clock* speed-up (geometric mean of per-pair tokens/s ratios against the verifier
+alone, this run on this machine, with its interval), and for each cost profile the *priced* speed-up (the
+run's own rounds priced by the profile; the profile a run measures at its start is named ``this-machine``)
+and its length-adjusted value (divided by the output-length ratio against the verifier alone on shared pairs).
+An interval over fewer than ``MIN_INTERVAL_PROBLEMS`` problems, or with no spread at all, is shown as n/a.
 """
 
 from __future__ import annotations
@@ -65,18 +67,21 @@ class ConfigSummary:
         measured = self.measured_speedup
         return {
             "config": self.label, "rule": self.rule, "knob": self.knob, "draft_max": self.draft_max,
-            "samples": self.samples, "accuracy": self.accuracy, "proxy_speedup": dict(self.proxy),
+            "samples": self.samples, "accuracy": self.accuracy, "priced_speedup": dict(self.proxy),
             "length_adjusted_speedup": dict(self.length_adjusted),
             "delta_accuracy": None if delta is None else _finite(delta.interval.mean),
             "delta_ci95": None if delta is None else [_finite(delta.interval.low), _finite(delta.interval.high)],
             "pairs": None if delta is None else delta.pairs,
             "wins": None if delta is None else delta.wins, "losses": None if delta is None else delta.losses,
             "reference": self.reference, "problems": self.problems, "accuracy_ci95": _finite(self.ci95),
-            "measured_speedup": None if measured is None else _finite(measured.mean),
-            "measured_speedup_ci95": None if measured is None else [_finite(measured.low), _finite(measured.high)],
+            "wall_clock_speedup": None if measured is None else _finite(measured.mean),
+            "wall_clock_speedup_ci95": None if measured is None else [_finite(measured.low), _finite(measured.high)],
             "mean_output_tokens": self.mean_output_tokens, "truncation_rate": self.truncation_rate,
             "degeneracy_rate": self.degeneracy_rate, "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length, "tokens_per_s": self.tokens_per_s,
+            # the names before issue 18's vocabulary, kept for scripts written against them
+            "proxy_speedup": dict(self.proxy),
+            "measured_speedup": None if measured is None else _finite(measured.mean),
         }
 
 
@@ -88,10 +93,13 @@ def _label(config: dict[str, Any]) -> str:
     return str(config["label"])
 
 
+MIN_INTERVAL_PROBLEMS = 5  # fewer problems than this: an interval is shown as n/a, not as a number
+TRUNCATION_WARNING = 0.5  # a config whose answers hit the token budget this often gets a warning line
+
 SHARED_BATCHES_NOTE = (
-    "measured: left out — this run decoded {k} sequences per batch, so a sequence's tokens/s (the tok/s column "
+    "wall-clock: left out — this run decoded {k} sequences per batch, so a sequence's tokens/s (the tok/s column "
     "too) depends on its batch-mates (a verifier-alone sequence waits for the others' drafts), not on its own "
-    "config; compare speed by the proxy columns (each config's own rounds, priced), or rerun with --parallel 1 "
+    "config; compare speed by the priced columns (each config's own rounds, priced), or rerun with --parallel 1 "
     "for wall-clock ratios.")
 
 
@@ -187,29 +195,34 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.3f}x"
 
 
+def degenerate(interval: MeanInterval) -> bool:
+    """Too few problems, or no spread at all: the interval says nothing and is shown as n/a."""
+    return interval.n < MIN_INTERVAL_PROBLEMS or math.isnan(interval.low) or not interval.sd > 0
+
+
 def _delta(s: ConfigSummary) -> tuple[str, str]:
     if s.delta is None or s.delta.pairs == 0:
         return "-", "-"
     interval = s.delta.interval
-    bounds = "" if math.isnan(interval.low) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
+    bounds = " [n/a]" if degenerate(interval) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
     return f"{100 * interval.mean:+.1f}{bounds}", f"{s.delta.wins}/{s.delta.losses}/{s.delta.pairs}"
 
 
 def columns(profiles: Sequence[str]) -> list[str]:
     names = ["config", "acc", "±95%", "Δacc vs ref [paired 95%]", "W/L/pairs", "len", "trunc", "degen", "accept",
-             "mean len", "tok/s", "measured"]
+             "mean len", "tok/s", "wall-clock"]
     for name in profiles:
-        names += [f"proxy {name}", f"len-adj {name}"]
+        names += [f"priced {name}", f"len-adj {name}"]
     return names
 
 
 def row(s: ConfigSummary, profiles: Sequence[str]) -> list[str]:
-    ci = "-" if math.isnan(s.ci95) else f"{100 * s.ci95:.1f}"
+    ci = "n/a" if s.problems < MIN_INTERVAL_PROBLEMS or not s.ci95 > 0 else f"{100 * s.ci95:.1f}"
     accept = "-" if s.is_baseline else f"{s.acceptance_rate:.3f}"
     delta, record = _delta(s)
     measured = s.measured_speedup
     speed = "-" if measured is None else (
-        _ratio(measured.mean) + ("" if math.isnan(measured.low) or s.is_baseline else
+        _ratio(measured.mean) + ("" if s.is_baseline else " [n/a]" if degenerate(measured) else
                                  f" [{measured.low:.2f}, {measured.high:.2f}]"))
     cells = [s.label, f"{100 * s.accuracy:.1f}", ci, delta, record, f"{s.mean_output_tokens:.0f}",
              f"{100 * s.truncation_rate:.0f}%", f"{100 * s.degeneracy_rate:.0f}%", accept,
@@ -235,9 +248,25 @@ FOOTNOTE = (
     "acc = avg@n accuracy (%) with a 95% interval over problems; Δacc vs ref = accuracy minus the reference's "
     "(strict at the same N, else the verifier alone) on the (problem, seed) pairs both ran, paired 95% interval in "
     "points; W/L/pairs = pairs the config got right and the reference wrong / the reverse / pairs compared; len = "
-    "mean output tokens; measured = geometric mean of per-pair tokens/s ratios against the verifier alone [95%]; "
-    "proxy P = output tokens priced as verifier steps over the run's rounds priced by cost profile P; len-adj P = "
-    "proxy / (output length ratio against the verifier alone on shared pairs).")
+    "mean output tokens; wall-clock = geometric mean of per-pair tokens/s ratios against the verifier alone, this "
+    "run on this machine [95%]; priced P = output tokens priced as verifier steps over the run's rounds priced by "
+    "cost profile P (this-machine = the profile the run measured at its start); len-adj P = priced / (output "
+    f"length ratio against the verifier alone on shared pairs); n/a = an interval over fewer than "
+    f"{MIN_INTERVAL_PROBLEMS} problems or with no spread, which says nothing.")
+
+
+def warnings(summaries: Sequence[ConfigSummary]) -> list[str]:
+    """Lines that keep a small or truncated sample from reading as confident."""
+    lines = []
+    problems = max((s.problems for s in summaries), default=0)
+    if 0 < problems < MIN_INTERVAL_PROBLEMS:
+        lines.append(f"warning: only {problems} problem{'s' * (problems != 1)}: intervals need at least "
+                     f"{MIN_INTERVAL_PROBLEMS} and are shown as n/a; rerun with a larger --limit")
+    for s in summaries:
+        if s.truncation_rate >= TRUNCATION_WARNING:
+            lines.append(f"warning: {s.label}: {100 * s.truncation_rate:.0f}% of answers hit the token budget, so "
+                         "its accuracy scores cut-off answers; raise --max-tokens")
+    return lines
 
 
 def render_markdown(summaries: list[ConfigSummary], title: str, profiles: Sequence[CostProfile] = (),
@@ -246,7 +275,7 @@ def render_markdown(summaries: list[ConfigSummary], title: str, profiles: Sequen
     header = columns(names)
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row(s, names)) + " |" for s in summaries]
-    lines += ["", FOOTNOTE, *([f"\n{note}"] if note else [])]
+    lines += ["", *(f"- {line}" for line in warnings(summaries)), "", FOOTNOTE, *([f"\n{note}"] if note else [])]
     for profile in profiles:
         lines.append(f"\nProfile `{profile.name}`: {profile.hardware}; verifier {profile.verifier}, drafter "
                      f"{profile.drafter}; t_AR {profile.verifier_ar_ms:.3f} ms, t_D {profile.drafter_ms:.3f} ms, "

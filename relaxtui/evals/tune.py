@@ -1,11 +1,12 @@
 """`relaxtui tune`: from eval summaries to a plain recommendation (pure; the command prints it).
 
 Order of advice follows the paper: first the best *strict* draft length (lossless speed), then which relaxed
-settings beat it on speed while losing at most ``max_drop`` accuracy points. Speed is the proxy speed-up under
-the primary cost profile (this machine's measured profile by default: stable on a noisy machine, where the
-wall clock is not), else the measured one. Capability is the paired interval against the config's reference:
-a relaxed setting is recommended only when the interval's lower bound clears −max_drop; when its estimate is
-inside but the interval is too wide, the advice says roughly how many problems would resolve it.
+settings beat it on speed while losing at most ``max_drop`` accuracy points. Speed is the priced speed-up under
+the primary cost profile (``this-machine``, the profile measured at the start, by default: stable on a noisy
+machine, where the wall clock is not), else the wall-clock one. Capability is the paired interval against the
+config's reference: a relaxed setting is recommended only when the interval's lower bound clears −max_drop; when
+its estimate is inside but the interval is too wide, the advice says roughly how many problems would resolve it
+(never more than the task has).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Recommendation:
     caveat: str | None
     slower: str | None  # one line when speculation does not pay here, with the break-even length
     max_drop: float
+    task_size: int | None = None  # problems the task has in all: advice never asks for more
 
     def lines(self) -> list[str]:
         lines = [f"speed-up = {self.basis}"]
@@ -46,20 +48,30 @@ class Recommendation:
         else:
             lines.append(f"1. use strict speculation: {self.best_strict.label} ({_numbers(self.best_strict)})")
         if self.relaxed_winners:
-            lines.append("2. relaxed settings faster than it whose paired 95% interval stays within "
-                         f"-{self.max_drop:g} points of their reference:")
+            lines.append("2. relaxed settings faster than it that lose at most "
+                         f"{self.max_drop:g} accuracy points against their reference (paired 95% interval):")
             lines += [f"   - {s.label} ({_numbers(s)})" for s in self.relaxed_winners]
         else:
-            lines.append(f"2. no relaxed setting is both faster and resolved within -{self.max_drop:g} points")
+            lines.append("2. no relaxed setting is both faster and shown to lose at most "
+                         f"{self.max_drop:g} accuracy points")
         for item in self.unresolved:
-            more = ("more data would not help: its estimate is already below the allowed drop"
-                    if item.problems_needed is None else
-                    f"about {max(item.problems_needed - item.summary.problems, 1)} more problems "
-                    f"({item.problems_needed} in all) would resolve --max-drop {self.max_drop:g} if the estimate holds")
-            lines.append(f"   unresolved: {item.summary.label} is faster ({_numbers(item.summary)}); {more}")
+            lines.append(f"   unresolved: {item.summary.label} is faster ({_numbers(item.summary)}); "
+                         f"{self._more_data(item)}")
         if self.caveat:
             lines.append(f"caveat: {self.caveat}")
         return lines
+
+
+    def _more_data(self, item: Unresolved) -> str:
+        """How many problems would settle it, bounded by what the task has."""
+        needed, ran = item.problems_needed, item.summary.problems
+        if needed is None:
+            return "more data would not help: its estimate is already below the allowed drop"
+        if self.task_size is not None and needed > self.task_size:
+            return (f"the whole task ({self.task_size} problems) would not resolve --max-drop {self.max_drop:g} "
+                    "at this estimate; more seeds (--repeats) or a larger --max-drop might")
+        return (f"about {max(needed - ran, 1)} more problems ({needed} in all) would resolve --max-drop "
+                f"{self.max_drop:g} if the estimate holds")
 
 
 def _numbers(s: ConfigSummary) -> str:
@@ -72,9 +84,9 @@ def _numbers(s: ConfigSummary) -> str:
 
 
 def _speed_text(s: ConfigSummary) -> str:
-    parts = [f"{value:.2f}x {name}" for name, value in s.proxy.items()]
+    parts = [f"{value:.2f}x priced {name}" for name, value in s.proxy.items()]
     if s.speedup is not None:
-        parts.append(f"{s.speedup:.2f}x measured")
+        parts.append(f"{s.speedup:.2f}x wall-clock")
     return ", ".join(parts) or "-"
 
 
@@ -84,12 +96,13 @@ def speed_of(s: ConfigSummary, profile: str | None) -> float:
     return s.speedup or 0.0
 
 
-def recommend(summaries: list[ConfigSummary], *, max_drop: float,
-              profile: CostProfile | None = None) -> Recommendation:
-    """``max_drop`` is in accuracy points; ``profile`` (if any) prices speed and the break-even line."""
+def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostProfile | None = None,
+              task_size: int | None = None) -> Recommendation:
+    """``max_drop`` is in accuracy points; ``profile`` (if any) prices speed and the break-even line;
+    ``task_size`` (the task's problems in all) bounds how many problems the advice may ask for."""
     primary = profile.name if profile is not None and summaries and profile.name in summaries[0].proxy else None
-    basis = (f"proxy speed-up under cost profile {primary!r}" if primary is not None
-             else "measured speed-up vs the verifier alone (wall clock on this machine)")
+    basis = (f"priced speed-up under cost profile {primary!r}" if primary is not None
+             else "wall-clock speed-up vs the verifier alone (this run, on this machine)")
     placed = [s for s in summaries if primary is not None or s.speedup is not None]
     strict = [s for s in placed if s.is_strict]
     best_strict = max(strict, key=lambda s: (speed_of(s, primary), s.accuracy), default=None)
@@ -123,4 +136,4 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float,
             slower += (f"; at N={best_strict.draft_max} it would need a mean accepted length of "
                        f"{profile.break_even_length(best_strict.draft_max):.2f} to break even (it reached "
                        f"{best_strict.mean_accepted_length:.2f}); keep the verifier alone or a cheaper drafter")
-    return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop)
+    return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop, task_size)
