@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from relaxtui.engine.gguf import read_header
+from relaxtui.engine.gguf import INTEGER_TYPES, ArrayInfo, GGUFHeader, read_array, read_header
+from relaxtui.engine.gguf_check import LLAMA_MAX_LAYERS
 from relaxtui.errors import UserError
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ (llama_max_parallel_sequences in 0.3.36)
@@ -21,22 +22,45 @@ KV_BYTES = 2  # f16 K and V cache entries (llama.cpp's default cache type)
 
 
 def kv_bytes_per_token(path: Path) -> int:
-    """K and V bytes one cached token costs across every layer of this model."""
-    meta = read_header(path).metadata
+    """K and V bytes one cached token costs across every layer of this model. Every value comes from a file
+    that may be hostile: a missing, ill-typed, zero or negative count is a UserError naming the key, never a
+    ZeroDivisionError or a negative size."""
+    header = read_header(path)
+    meta = header.metadata
     arch = meta.get("general.architecture", "")
 
-    def number(key: str, default: int | None = None) -> int:
+    def number(key: str, default: int | None = None, *, positive: bool = True) -> int:
         value = meta.get(f"{arch}.{key}", default)
-        if not isinstance(value, int):
-            raise UserError(f"{path.name}: GGUF metadata has no {arch}.{key}; cannot size the KV cache")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(f"{path.name}: GGUF metadata has no integer {arch}.{key}; cannot size the KV cache")
+        if value < 0 or positive and value == 0:
+            raise UserError(f"{path.name}: GGUF metadata {arch}.{key} is {value}; cannot size the KV cache")
         return value
 
-    heads = number("attention.head_count")
-    kv_heads = meta.get(f"{arch}.attention.head_count_kv", heads)
-    head_dim = number("embedding_length") // heads
-    per_layer = int(kv_heads) * (number("attention.key_length", head_dim) + number("attention.value_length",
-                                                                                   head_dim))
-    return number("block_count") * per_layer * KV_BYTES
+    layers = number("block_count")
+    if layers > LLAMA_MAX_LAYERS:
+        raise UserError(f"{path.name}: GGUF metadata {arch}.block_count is {layers} (llama.cpp allows at most "
+                        f"{LLAMA_MAX_LAYERS}); cannot size the KV cache")
+    head_key, kv_key = f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"
+    heads = per_layer(header, head_key, layers) if isinstance(meta.get(head_key), ArrayInfo) else None
+    heads = heads or [number("attention.head_count")] * layers
+    kv_heads = per_layer(header, kv_key, layers) if isinstance(meta.get(kv_key), ArrayInfo) else None
+    kv_heads = kv_heads or [number("attention.head_count_kv", heads[0], positive=False)] * layers
+    if heads[0] <= 0:  # llama.cpp takes the head size from layer 0
+        raise UserError(f"{path.name}: GGUF metadata {head_key} is {heads[0]}; cannot size the KV cache")
+    head_dim = number("embedding_length") // heads[0]
+    per_head = number("attention.key_length", head_dim) + number("attention.value_length", head_dim)
+    return sum(kv_heads) * per_head * KV_BYTES
+
+
+def per_layer(header: GGUFHeader, key: str, layers: int) -> list[int]:
+    """A per-layer integer array (hybrid models give some layers no KV heads), checked like any other value."""
+    info = header.metadata[key]
+    values = read_array(header, key) if info.element_type in INTEGER_TYPES else []
+    if len(values) != layers or min(values) < 0:
+        raise UserError(f"{header.path.name}: GGUF metadata {key} is not {layers} non-negative integers; "
+                        f"cannot size the KV cache")
+    return values
 
 
 def available_memory() -> int | None:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from relaxtui.engine.gguf import read_header
+from relaxtui.engine.gguf_check import check_loadable
 from relaxtui.errors import UserError
 
 QUANT_TYPES = {
@@ -39,7 +40,7 @@ def quantize(source: str | os.PathLike[str], target: str | os.PathLike[str], typ
     from relaxtui.models.store import resolve_model
 
     source, target = resolve_model(source), Path(target)
-    read_header(source)  # missing or non-GGUF source: a clear error before llama.cpp sees it
+    check_loadable(source)  # missing, non-GGUF or aborting source: a clear error before llama.cpp's loader sees it
     if source.resolve() == target.resolve():
         raise UserError("the quantised file must not overwrite its source")
     if not target.parent.is_dir():
