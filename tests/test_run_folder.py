@@ -159,8 +159,8 @@ def folder_state(path):
 
 @pytest.mark.model
 def test_a_refused_run_leaves_the_folder_as_it_was(capsys, tmp_path, test_model_path):
-    base = ["eval", "aime", "--limit", "1", "--no-spec", "--max-tokens", "4", "--verifier", str(test_model_path),
-            "--threads", "1"]
+    base = ["eval", "aime", "--limit", "1", "--max-tokens", "4", "--drafter", str(test_model_path),
+            "--verifier", str(test_model_path), "--threads", "1"]
     out = tmp_path / "out"
     fails_with(capsys, [*base, "--out", str(out), "--parallel", "100000"], "--parallel 100000")
     assert not out.exists()
@@ -168,10 +168,10 @@ def test_a_refused_run_leaves_the_folder_as_it_was(capsys, tmp_path, test_model_
     broken.write_bytes(test_model_path.read_bytes()[:4096])
     fails_with(capsys, [*base[:-4], "--verifier", str(broken), "--out", str(out)], "broken.gguf")
     assert not out.exists()
-    assert main([*base, "--out", str(out)]) == 0  # a real run, then a refused resume leaves it untouched
+    assert main([*base, "--out", str(out)]) == 0  # a real run, then a refused other run leaves it untouched
     capsys.readouterr()
     before = folder_state(out)
-    fails_with(capsys, [*base, "--out", str(out), "--parallel", "100000"], "--parallel 100000")
+    fails_with(capsys, [*base, "--out", str(out), "--parallel", "2"], "holds results of another run")
     assert folder_state(out) == before
 
 
@@ -179,7 +179,7 @@ def test_a_refused_run_leaves_the_folder_as_it_was(capsys, tmp_path, test_model_
 def test_a_different_model_file_under_the_recorded_name_is_refused(capsys, tmp_path, test_model_path):
     model = tmp_path / "model.gguf"
     shutil.copyfile(test_model_path, model)
-    argv = ["eval", "aime", "--limit", "1", "--no-spec", "--max-tokens", "4", "--verifier", str(model),
+    argv = ["eval", "aime", "--limit", "1", "--max-tokens", "4", "--verifier", str(model), "--drafter", str(model),
             "--threads", "1", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
     capsys.readouterr()

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if not samples:
         raise UserError(f"{args.task}: no problems to run")
     out = args.out or Path("results") / args.task
-    options = model_options(args)
+    options = model_options(args, speculative=plan.has_spec)  # a verifier-alone run loads no drafter
     # the context must hold a prompt plus the whole answer budget, or every long answer ends "context"
     options = replace(options, ctx_size=max(options.ctx_size, max_tokens + PROMPT_ROOM))
     if plan.has_spec and options.drafter is None:

@@ -151,7 +151,7 @@ def _writable(directory: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UserError(f"--out {directory}: {existing} is not a folder")
+        raise UserError(f"--out {directory} is not writable: {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--out {directory} is not writable")
 
