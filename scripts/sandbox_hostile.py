@@ -5,8 +5,9 @@
 
 A case is contained when the call returned within its timeout + 2 s, no process of it is left (found by a
 marker in the command line or the run's marker environment variable), nothing it wrote is visible outside
-its work dir, and its own check holds (output capped, spawning capped, network refused, ...). With a forced
-fallback plan the write case really writes outside; the files are counted and removed.
+its work dir, and its own check holds (output capped, spawning capped, network refused, the caller's home,
+project and secret environment variables out of sight, ...). With a forced fallback plan the write case really
+writes outside and the home case sees the planted file; the files are counted and removed.
 """
 
 from __future__ import annotations
@@ -29,15 +30,18 @@ from relaxtui.evals.sandbox import _procs, _run
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SLACK_S = 2.0
+SECRET = f"relaxtui-hostile-secret-{uuid.uuid4().hex}"  # set in this process's environment as tokens are
+SECRET_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY")
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    code: str  # formatted with marker=..., targets=..., port=...
+    code: str  # formatted with marker=..., targets=..., port=..., home=..., repository=..., secret=...
     timeout_s: float
     check: Callable[[sandbox.RunResult], bool]
     max_processes: int = sandbox.DEFAULT_MAX_PROCESSES
+    plant: bool = False  # put "<marker>-planted" (content SECRET) into the caller's home for the run
 
 
 def outside_paths(marker: str) -> list[Path]:
@@ -102,6 +106,40 @@ print("connected")
          lambda result: result.timed_out),
     Case("memory-bomb", "blocks = []\nwhile True:\n    blocks.append(bytearray(50_000_000))", 10,
          lambda result: "MemoryError" in result.stderr and not result.ok),
+    Case("lists-and-reads-callers-home", """
+import os
+home, planted = {home!r}, {marker!r} + "-planted"
+seen = []
+for folder in (home, os.path.dirname(home), {repository!r}):
+    try:
+        seen += os.listdir(folder)
+    except OSError:
+        pass
+for path in (os.path.join(home, planted), os.path.join({repository!r}, "pyproject.toml"), "/etc/shadow"):
+    try:
+        seen.append(open(path).read())
+    except OSError:
+        pass
+leaked = [item for item in seen if planted in item or {secret!r} in item or item == "pyproject.toml"
+          or "[project]" in item or item.startswith("root:")]
+print("hidden" if not leaked else "visible " + repr(leaked)[:200])
+""", 5, lambda result: result.ok and result.stdout == "hidden\n", plant=True),
+    Case("reads-callers-secret-env", """
+import os
+found = [name for name, value in os.environ.items() if {secret!r} in value]
+if {secret!r}.encode() in open("/proc/self/environ", "rb").read():
+    found.append("/proc/self/environ")
+print("clean" if not found else "leaked " + repr(found))
+""", 5, lambda result: result.ok and result.stdout == "clean\n"),
+    Case("opens-files-until-refused", """
+import errno, os
+handles = []
+try:
+    while True:
+        handles.append(open(os.devnull))
+except OSError as error:
+    print(errno.errorcode[error.errno], len(handles) < 4096)
+""", 5, lambda result: result.ok and result.stdout == "EMFILE True\n"),
     Case("reads-etc-passwd (allowed)", "print('root:' in open('/etc/passwd').read())", 5,
          lambda result: result.ok and result.stdout == "True\n"),
 ]
@@ -144,13 +182,18 @@ def listening_socket() -> tuple[socket.socket, list[object]]:
 def run_case(case: Case) -> str:
     marker = f"relaxtui-hostile-{uuid.uuid4().hex}"
     targets = outside_paths(marker)
+    planted = Path.home() / f"{marker}-planted"
     server, accepted = listening_socket()
-    code = case.code.format(marker=marker, port=server.getsockname()[1],
+    code = case.code.format(marker=marker, port=server.getsockname()[1], home=str(Path.home()),
+                            repository=str(REPOSITORY), secret=SECRET,
                             targets=json.dumps([str(path) for path in targets]))
     try:
+        if case.plant:
+            planted.write_text(SECRET)
         result = sandbox.run_python(code, timeout_s=case.timeout_s, max_processes=case.max_processes)
     finally:
         server.close()
+        planted.unlink(missing_ok=True)
     left = leftovers(marker, result.run_id)
     _procs.kill_pids(left)
     written = [path for path in [*targets, Path(tempfile.gettempdir()).parent / marker] if path.exists()]
@@ -178,6 +221,7 @@ def main() -> None:
     parser.add_argument("--plan", choices=["full", "no-namespaces", "no-namespaces-no-cgroup"], default="full")
     args = parser.parse_args()
     force_plan(args.plan)
+    os.environ.update(dict.fromkeys(SECRET_VARIABLES, SECRET))  # as a caller with tokens set would have
     active = sandbox.protections()
     print(f"plan: {args.plan}; active: {', '.join(name for name, on in active.items() if on)}")
     print(f"missing: {sandbox.missing_protections_line() or 'nothing'}")

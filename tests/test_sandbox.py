@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import time
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from relaxtui.evals import sandbox
 from relaxtui.evals.sandbox import _run as sandbox_run
 from relaxtui.evals.sandbox import run_python
+from relaxtui.evals.sandbox._program import PROGRAM_PYTHON
 from relaxtui.evals.tasks.base import Sample
 from relaxtui.evals.tasks.humaneval import HumanEval
 from relaxtui.evals.tasks.lcb import LiveCodeBench
@@ -18,6 +21,34 @@ from relaxtui.evals.tasks.lcb import LiveCodeBench
 def test_normal_program_runs_with_stdin():
     result = run_python("import sys\nprint(sum(map(int, sys.stdin.read().split())))", stdin="2 3 4")
     assert result.ok and result.stdout.strip() == "9"
+
+
+def test_an_ordinary_program_reads_stdin_and_writes_its_own_dir():
+    code = ("import collections, json, math, sys\nwords = sys.stdin.read().split()\n"
+            "with open('counts.json', 'w') as handle:\n    json.dump(collections.Counter(words), handle)\n"
+            "print(json.load(open('counts.json'))['a'], math.isqrt(49))")
+    result = run_python(code, stdin="a b a")
+    assert result.ok and result.stdout.split() == ["2", "7"], result.stderr
+
+
+IMPORTS = """
+import importlib, json
+found = []
+for name in ("ctypes", "decimal", "hashlib", "sqlite3", "ssl", "zlib", "bz2", "lzma", "zoneinfo", "datetime",
+             "multiprocessing", "uuid", "array", "heapq", "bisect", "fractions", "statistics"):
+    try:
+        importlib.import_module(name)
+        found.append(name)
+    except Exception:
+        pass
+print(json.dumps(found))
+"""
+
+
+def test_the_private_root_holds_every_library_the_interpreter_loads():
+    host = subprocess.run([PROGRAM_PYTHON, "-I", "-c", IMPORTS], capture_output=True, text=True, check=True)
+    result = run_python(IMPORTS)
+    assert result.ok and json.loads(result.stdout) == json.loads(host.stdout), result.stderr
 
 
 def test_infinite_loop_is_killed_with_its_children():

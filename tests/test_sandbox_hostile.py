@@ -7,6 +7,7 @@ with a grace period for processes that are already dying; time bounds are timeou
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import tempfile
@@ -114,6 +115,87 @@ def test_writes_outside_the_work_dir_fail_or_stay_private():
     for label in ("home", "repository", "etc", "var_tmp"):
         assert outcome[label] != "written", label  # read-only: the write itself fails
     assert outcome["inside"] == "fine" and outcome["passwd_readable"] is True
+
+
+# ---- what the program can see -----------------------------------------------------------------------------
+
+SNOOPER = """
+import json, os
+home = {home!r}
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as error:
+        return error.strerror
+def read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError as error:
+        return error.strerror
+print(json.dumps({{"home": listing(home), "home_parent": listing(os.path.dirname(home)), "root": listing("/"),
+                  "marker": read(os.path.join(home, {name!r})), "repository": listing({repository!r}),
+                  "pyproject": read({pyproject!r}), "shadow": read("/etc/shadow")}}))
+"""
+
+
+def test_the_program_sees_no_home_project_or_user_files():
+    require("hidden_user_files")
+    name, secret = new_marker(), f"secret-{uuid.uuid4().hex}"
+    home = Path.home()
+    marker = home / name
+    try:
+        marker.write_text(secret)
+    except OSError:
+        pytest.skip(f"cannot write a marker into {home}")
+    try:
+        code = SNOOPER.format(home=str(home), name=name, repository=str(REPOSITORY),
+                              pyproject=str(REPOSITORY / "pyproject.toml"))
+        result = run_python(code, timeout_s=10)
+    finally:
+        marker.unlink(missing_ok=True)
+    assert result.ok, result.stderr
+    assert name not in result.stdout and secret not in result.stdout
+    outcome = json.loads(result.stdout)
+    assert isinstance(outcome["root"], list) and "proc" in outcome["root"]  # it did list /, just not the marker
+    assert outcome["marker"] in ("No such file or directory", "Permission denied")
+    assert not isinstance(outcome["repository"], list) or "pyproject.toml" not in outcome["repository"]
+    assert "[project]" not in outcome["pyproject"] and "root:" not in outcome["shadow"]
+
+
+SECRETS = {"HF_TOKEN": "secret-marker", "HUGGING_FACE_HUB_TOKEN": "secret-marker-hub",
+           "AWS_SECRET_ACCESS_KEY": "secret-marker-aws", "OPENAI_API_KEY": "secret-marker-openai"}
+ENVIRONMENT_PROBE = """
+import json, os
+print(json.dumps({"environ": dict(os.environ), "proc": open("/proc/self/environ", "rb").read().decode(),
+                  "home": os.path.expanduser("~"), "cwd": os.getcwd()}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["full", "no-namespaces"])
+def test_the_callers_environment_never_reaches_the_program(kind, plan_as, monkeypatch):
+    if kind != "full":
+        plan_as(kind)
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    result = run_python(ENVIRONMENT_PROBE, timeout_s=10)
+    assert result.ok, result.stderr
+    assert "secret-marker" not in result.stdout
+    outcome = json.loads(result.stdout)
+    assert set(outcome["environ"]) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONHASHSEED",
+                                       "PYTHONDONTWRITEBYTECODE", sandbox_procs.MARKER_VAR}
+    assert outcome["home"] == outcome["cwd"]  # HOME is its own work dir, with and without namespaces
+    assert sandbox.protections()["scrubbed_env"]
+
+
+def test_a_program_that_opens_files_in_a_loop_hits_the_descriptor_limit():
+    require("nofile_limit")
+    code = ("import os\nhandles = []\ntry:\n    while True:\n        handles.append(open(os.devnull))\n"
+            "except OSError as error:\n    print(len(handles), error.errno)")
+    result = run_python(code, timeout_s=10)
+    assert result.ok, result.stderr
+    opened, number = map(int, result.stdout.split())
+    assert number == errno.EMFILE and 0 < opened < sandbox_run.OPEN_FILES
 
 
 # ---- processes --------------------------------------------------------------------------------------------
@@ -252,8 +334,8 @@ def test_the_program_has_no_capabilities():
 def test_protections_are_reported_and_the_missing_line_matches_them():
     active = sandbox.protections()
     assert all(isinstance(value, bool) for value in active.values())
-    for name in ("user_ns", "mount_ns_readonly_root", "private_tmp", "pid_ns", "net_ns", "nproc_limit",
-                 "socket_guard", "output_cap"):
+    for name in ("user_ns", "mount_ns_readonly_root", "hidden_user_files", "private_tmp", "pid_ns", "net_ns",
+                 "nproc_limit", "nofile_limit", "scrubbed_env", "socket_guard", "output_cap"):
         assert name in active
     line = sandbox.missing_protections_line()
     assert (line is None) == all(active[name] for name in sandbox_plan.MISSING_TEXT)
@@ -263,8 +345,10 @@ def test_the_fallback_plan_says_what_it_lacks():
     weak = sandbox_run.current_plan().without_namespaces().without_cgroup()
     active = sandbox_plan.protections_of(weak)
     assert not active["pid_ns"] and not active["mount_ns_readonly_root"] and not active["nproc_limit"]
+    assert not active["hidden_user_files"] and active["scrubbed_env"]
     line = sandbox_plan.missing_line_of(weak)
     assert line and "no PID namespace" in line and "read-only" in line and "watchdog" in line
+    assert "user files visible" in line and "environment" in line
 
 
 def test_the_probe_falls_back_when_namespaces_cannot_be_made(monkeypatch):

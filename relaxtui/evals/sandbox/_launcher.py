@@ -33,10 +33,15 @@ NAMESPACE_FLAGS = {"user_ns": CLONE_NEWUSER, "mount_ns": CLONE_NEWNS, "pid_ns": 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOSYMFOLLOW, MS_NOATIME, MS_NODIRATIME = 32, 256, 1024, 2048
-MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 4096, 16384, 1 << 18, 1 << 21, 1 << 24
+MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 4096, 8192, 16384, 1 << 18, 1 << 21, 1 << 24
+MNT_DETACH = 2
 # Per-mount options a remount inside a user namespace must repeat (the kernel locks them).
 KEPT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                 "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "nosymfollow": MS_NOSYMFOLLOW}
+
+# pivot_root(2) has no libc wrapper: its syscall number per machine.
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203,
+              "ppc64": 203, "s390x": 217, "i686": 217, "i386": 217, "armv7l": 218}
 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -162,8 +167,70 @@ def private_workdir(workdir: str, files: dict[str, bytes], size: str) -> None:
             handle.write(data)
 
 
+def add_path(root: str, path: str) -> None:
+    """``path`` inside the new root as on the host: a link recreated, a directory or file bound (with its
+    submounts), nothing when the host lacks it."""
+    inside = root + path
+    os.makedirs(os.path.dirname(inside), exist_ok=True)
+    if os.path.islink(path):
+        os.symlink(os.readlink(path), inside)
+    elif os.path.isdir(path):
+        os.makedirs(inside, exist_ok=True)
+        mount(path, inside, None, MS_BIND | MS_REC)
+    elif os.path.exists(path):
+        open(inside, "a").close()
+        mount(path, inside, None, MS_BIND)
+
+
+def build_root(root: str, visible: list[str], workdir: str) -> None:
+    """A tmpfs at ``root`` (the staging dir, whose files we hold) holding only the ``visible`` host paths, a
+    minimal /dev, a fresh /proc and mount points for /tmp and the work dir; every mount read-only; then it
+    becomes "/" and the old root is detached, so no home, project tree or other user data can be reached."""
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    try:
+        kept: list[str] = []
+        # By its parent's real path: then no directory made inside the new root lies under a recreated link,
+        # which could point into a bind of the host (still writable until the read-only pass).
+        for path in sorted({os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+                            for path in visible}):
+            if not any(path.startswith(parent + "/") for parent in kept):
+                add_path(root, path)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    kept.append(path)
+        for name in ("null", "zero", "full", "random", "urandom"):
+            add_path(root, f"/dev/{name}")
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, f"{root}/dev/{name}")
+        for point in ("/proc", "/tmp", "/dev/shm", workdir):
+            os.makedirs(root + point, exist_ok=True)
+        remount_all_read_only([(point, kept_options) for point, kept_options in current_mounts()
+                               if point == root or point.startswith(root + "/")])
+        # Before the old root goes: the kernel lets a user namespace mount proc only while one is visible.
+        mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        enter_root(root)
+    except BaseException:
+        libc.umount2(encoded(root), MNT_DETACH)  # the caller lays out the old root in place instead
+        raise
+
+
+def enter_root(root: str) -> None:
+    """Make ``root`` "/" and detach the old one; where pivot_root is refused (an initramfs root), move the
+    mount over "/" and chroot (the program holds no capability to leave it)."""
+    os.chdir(root)
+    number = PIVOT_ROOT.get(os.uname().machine)
+    if number is not None and libc.syscall(number, b".", b".") == 0:
+        check(libc.umount2(b".", MNT_DETACH), "detach the old root")
+    else:
+        mount(root, "/", None, MS_MOVE)
+        os.chroot(".")
+    os.chdir("/")
+
+
 def set_up_filesystem(config: dict, status: Status, new_proc: bool) -> None:
-    """Nothing we do propagates out; everything read-only except a private /tmp, /dev/shm and work dir."""
+    """Nothing we do propagates out; a root holding only what the interpreter needs, everything read-only
+    except a private /tmp, /dev/shm and work dir. Without a new /proc (no PID namespace) or where the new
+    root fails, the host's root stays, read-only, and only writes are contained."""
     workdir = config["workdir"]
     files = {}
     for name in os.listdir(workdir):
@@ -171,10 +238,13 @@ def set_up_filesystem(config: dict, status: Status, new_proc: bool) -> None:
             files[name] = handle.read()
     if not status.step("mount_private", mount, None, "/", None, MS_REC | MS_PRIVATE):
         return  # without private propagation any further mount could leak to the host
-    mounts = current_mounts()
-    status.step("readonly_fs", remount_all_read_only, mounts)
-    if new_proc:
-        status.step("private_proc", mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if new_proc and status.step("hidden_user_files", build_root, workdir, config["visible"], workdir):
+        status.send("ok readonly_fs")
+        status.send("ok private_proc")
+    else:
+        status.step("readonly_fs", remount_all_read_only, current_mounts())
+        if new_proc:
+            status.step("private_proc", mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     status.step("private_tmp", mount_tmpfs, "/tmp", config["tmpfs_size"])
     if os.path.isdir("/dev/shm"):
         status.step("private_shm", mount_tmpfs, "/dev/shm", config["tmpfs_size"])
@@ -220,7 +290,7 @@ def exec_program(config: dict, status: Status) -> None:
         status.step("resource_limits", set_limits, config["limits"])
         status.step("no_capabilities", drop_privileges)
         os.chdir(config["workdir"])
-        os.execve(config["argv"][0], config["argv"], os.environ)
+        os.execve(config["argv"][0], config["argv"], config["env"])  # the fixed environment, no caller's
     except BaseException as error:  # the only way out of here is _exit
         status.send(f"abort exec {error!r}")
     os._exit(127)

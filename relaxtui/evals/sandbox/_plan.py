@@ -20,14 +20,15 @@ NAMESPACE_CHOICES: tuple[tuple[str, ...], ...] = (
 # Protections worth a word when missing, in the order the line lists them.
 MISSING_TEXT = {
     "mount_ns_readonly_root": "no read-only filesystem (the program can write wherever its user can)",
+    "hidden_user_files": "user files visible (no private root: home, project, /root readable)",
     "private_tmp": "no private /tmp",
     "pid_ns": "no PID namespace (descendants hunted by cgroup, marker and pipe scans only)",
-    "private_proc": "other processes visible in /proc",
+    "private_proc": "other processes visible in /proc (a non-root caller's environment too)",
     "net_ns": "no network namespace (socket guard only)",
     "user_ns": "no user namespace",
     "no_capabilities": "capabilities not dropped",
     "nproc_limit": "no hard process-count limit (watchdog only)",
-    "resource_limits": "no memory/CPU/file-size limits",
+    "resource_limits": "no memory/CPU/file-size/open-file limits",
 }
 
 
@@ -50,8 +51,8 @@ class Plan:
 
     def without_namespaces(self) -> Plan:
         """The fallback when ``unshare`` is not allowed (tests force it)."""
-        namespace_steps = {"namespaces", "mount_private", "readonly_fs", "private_proc", "private_tmp",
-                           "private_shm", "private_workdir", *NAMESPACE_CHOICES[0]}
+        namespace_steps = {"namespaces", "mount_private", "hidden_user_files", "readonly_fs", "private_proc",
+                           "private_tmp", "private_shm", "private_workdir", *NAMESPACE_CHOICES[0]}
         return dataclasses.replace(self, namespaces=(), nproc_rlimit=False, steps=self.steps - namespace_steps)
 
     def without_cgroup(self) -> Plan:
@@ -77,6 +78,7 @@ def protections_of(plan: Plan) -> dict[str, bool]:
         "user_ns": "user_ns" in steps,
         "mount_ns": "mount_ns" in steps,
         "mount_ns_readonly_root": "readonly_fs" in steps,
+        "hidden_user_files": "hidden_user_files" in steps,
         "private_tmp": "private_tmp" in steps,
         "private_workdir": "private_workdir" in steps,
         "pid_ns": "pid_ns" in steps,
@@ -84,9 +86,11 @@ def protections_of(plan: Plan) -> dict[str, bool]:
         "net_ns": "net_ns" in steps,
         "no_capabilities": "no_capabilities" in steps,
         "resource_limits": "resource_limits" in steps,
+        "nofile_limit": "resource_limits" in steps,
         "nproc_limit": nproc_limit,
         "nproc_watchdog": not nproc_limit,
         "pids_cgroup": "pids_cgroup" in steps,
+        "scrubbed_env": True,
         "socket_guard": True,
         "output_cap": True,
         "wall_clock_timeout": True,

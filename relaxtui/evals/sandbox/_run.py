@@ -20,6 +20,7 @@ from pathlib import Path
 
 from relaxtui.evals.sandbox import _procs
 from relaxtui.evals.sandbox._plan import Plan, candidate_plans, missing_line_of, protections_of
+from relaxtui.evals.sandbox._program import GUARD, PROGRAM_PYTHON, environment, visible_paths
 
 DEFAULT_TIMEOUT_S = 6.0
 DEFAULT_MEMORY_MB = 1024
@@ -27,9 +28,7 @@ DEFAULT_MAX_PROCESSES = 64  # tasks at once, the program included (threads count
 MAX_OUTPUT_BYTES = 1 << 20  # kept per stream; the rest is read and counted, never stored
 OUTPUT_KILL_BYTES = 32 << 20  # a program that writes more than this in all is killed ("output limit")
 FILE_SIZE_BYTES = 16 << 20
-# The interpreter the program runs under, by its real path: a virtualenv's bin/python is a link that may live
-# under /tmp (a clone in /tmp, CI), which the private /tmp hides; programs need only the standard library.
-PROGRAM_PYTHON = os.path.realpath(sys.executable)
+OPEN_FILES = 256  # RLIMIT_NOFILE: descriptors at once, stdio included
 TMPFS_SIZE, WORKDIR_SIZE = "32m", "64m"  # private /tmp and /dev/shm; the work dir
 LAUNCHER_TASKS = 2  # the launcher and the namespace's init share the task budget (the launcher alone without one)
 DRAIN_S = 1.0  # after the launcher is gone (and the run swept), how long output may still arrive
@@ -38,28 +37,6 @@ WATCHDOG_PERIOD_S = 0.1
 POLL_S = 0.02  # exit polling where pidfds are missing
 PROBE_TIMEOUT_S = 30.0
 LAUNCHER = str(Path(__file__).with_name("_launcher.py"))
-
-GUARD = r'''
-import socket, sys, runpy
-_real_socket = socket.socket
-class _NoNetworkSocket(_real_socket):
-    def connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            raise OSError(101, "network is disabled in the relaxtui sandbox")
-        return super().connect(address)
-    def connect_ex(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            return 101
-        return super().connect_ex(address)
-socket.socket = _NoNetworkSocket
-def _refuse(*args, **kwargs):
-    raise OSError(101, "network is disabled in the relaxtui sandbox")
-socket.create_connection = _refuse
-socket.getaddrinfo = _refuse
-sys.argv = ["main.py"]
-runpy.run_path("main.py", run_name="__main__")
-'''
-
 
 class SandboxError(RuntimeError):
     """The sandbox could not give a run the protections the probe found, so nothing was judged."""
@@ -350,20 +327,19 @@ def _config(plan: Plan, workdir: str, cgroup: _procs.PidsCgroup | None, timeout_
             max_tasks: int) -> dict:
     memory = memory_mb * 1024 * 1024
     limits = {"RLIMIT_AS": memory, "RLIMIT_CPU": int(timeout_s) + 1, "RLIMIT_FSIZE": FILE_SIZE_BYTES,
-              "RLIMIT_CORE": 0}
+              "RLIMIT_CORE": 0, "RLIMIT_NOFILE": OPEN_FILES}
     if plan.nproc_rlimit:
         limits["RLIMIT_NPROC"] = max_tasks
     return {"workdir": workdir, "argv": [PROGRAM_PYTHON, "-I", "_guard.py"], "namespaces": list(plan.namespaces),
             "require": sorted(plan.steps), "cgroup": str(cgroup.path) if cgroup else None, "limits": limits,
-            "tmpfs_size": TMPFS_SIZE, "workdir_size": WORKDIR_SIZE}
+            "tmpfs_size": TMPFS_SIZE, "workdir_size": WORKDIR_SIZE, "visible": list(visible_paths())}
 
 
 def _launch(config: dict, workdir: str, token: str) -> tuple[subprocess.Popen[bytes], int]:
     """Start the launcher in a new session; the status pipe's write end goes only to it."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": workdir, "TMPDIR": workdir,
-           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", _procs.MARKER_VAR: token}
+    env = environment(workdir, {_procs.MARKER_VAR: token})  # the launcher's and the program's: no caller's
     status_read, status_write = os.pipe()
-    config = {**config, "status_fd": status_write}
+    config = {**config, "status_fd": status_write, "env": env}
     try:
         process = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(config)], cwd=workdir,
                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
