@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -13,11 +14,20 @@ from relaxtui.errors import NumericsError, UserError
 
 EXIT_BAD_INPUT = 2
 EXIT_NUMERICS = 3
+MAX_TIMED_VOCAB = 1 << 21  # `rules bench --vocab`: twice the largest vocabularies in use, a few arrays of it in RAM
+
+
+_ARGUMENT_PREFIX = re.compile(r"argument (?P<names>[^:]+): (?P<rest>.*)", re.DOTALL)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not usage + line
-        raise UserError(f"{self.prog}: {message}")
+        """Raise the parse error as a UserError; a type's message that already starts with the option's name
+        (``--top-p must be in (0, 1]``) is shown without argparse's "argument --top-p:" in front of it."""
+        match = _ARGUMENT_PREFIX.fullmatch(message)
+        if match and any(match["rest"].startswith(f"{name} ") for name in match["names"].split("/")):
+            message = match["rest"]
+        raise UserError(f"{self.prog}: {' '.join(message.split())}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,24 +35,28 @@ def build_parser() -> argparse.ArgumentParser:
         add_draft_options,
         add_model_options,
         add_sampling_options,
+        finite_float,
+        int_option,
+        utf8_text,
     )
 
     parser = _Parser(prog="relaxtui", description="Training-free relaxed speculative decoding on llama.cpp.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     gen = sub.add_parser("generate", help="stream one completion, tokens coloured by verdict")
-    gen.add_argument("prompt", help="the user message (rendered with the verifier's chat template)")
+    gen.add_argument("prompt", type=utf8_text, help="the user message (rendered with the verifier's chat template)")
     add_model_options(gen)
     add_sampling_options(gen)
     add_draft_options(gen)
-    gen.add_argument("--max-tokens", "-n", type=int, default=256, help="longest completion, in tokens")
+    gen.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=256,
+                     help="longest completion, in tokens")
     gen.add_argument("--no-spec", action="store_true", help="verifier alone (autoregressive baseline)")
-    gen.add_argument("--rule", default="strict", help="acceptance rule (see `relaxtui rules list`)")
-    gen.add_argument("--alpha", type=float, default=None, help="the rule's knob")
+    gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (see `relaxtui rules list`)")
+    gen.add_argument("--alpha", type=finite_float, default=None, help="the rule's knob")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--thinking", choices=["on", "off"], default=None,
                      help="reasoning mode, for chat templates that have one (default: the template's own)")
-    gen.add_argument("--system", default=None, help="system message")
+    gen.add_argument("--system", type=utf8_text, default=None, help="system message")
     gen.add_argument("--json", action="store_true", help="print events and metrics as JSON lines")
     gen.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                      help="colour tokens by verdict (auto: when writing to a terminal)")
@@ -84,14 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
     rsub = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
     rsub.add_parser("list", help="rules, knobs, ranges and the paper's grid")
     rule_bench = rsub.add_parser("bench", help="time one position of every rule on a 152k vocabulary")
-    rule_bench.add_argument("--vocab", type=int, default=151_936, help="vocabulary size to time on")
-    rule_bench.add_argument("--repeats", type=int, default=50, help="timed repeats per rule")
+    rule_bench.add_argument("--vocab", type=int_option("--vocab", 2, MAX_TIMED_VOCAB), default=151_936,
+                            help="vocabulary size to time on")
+    rule_bench.add_argument("--repeats", type=int_option("--repeats", 1, 100_000), default=50,
+                            help="timed repeats per rule")
 
     from relaxtui.commands import models as models_command
 
     models = sub.add_parser("models", help="pull, pair, list, install and quantise GGUF models")
     models_command.add_arguments(models)
     return parser
+
+
+def _one_line(exc: Exception) -> str:
+    """The message as one line of plain text: it may quote outside input (a file name, a header field), whose
+    newlines, terminal escapes and undecodable bytes must not reach the terminal as such."""
+    from relaxtui.commands.common import terminal_text
+
+    return terminal_text(" ".join(str(exc).split("\n")))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,10 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = importlib.import_module(f"relaxtui.commands.{args.command}")
         return int(command.run(args))
     except UserError as exc:
-        print(f"relaxtui: error: {exc}", file=sys.stderr)
+        print(f"relaxtui: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except NumericsError as exc:  # never an accept: the run stops and says where the number went bad
-        print(f"relaxtui: numerical error: {exc}", file=sys.stderr)
+        print(f"relaxtui: numerical error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_NUMERICS
     except KeyboardInterrupt:
         return 130

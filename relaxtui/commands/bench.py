@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from pathlib import Path
 
-from relaxtui.commands.common import model_options, sampling
+from relaxtui.commands.common import INT32_MAX, int_option, model_options, sampling, utf8_path, utf8_text
 from relaxtui.costmodel.bench import BENCH_PROMPTS, BenchResult, run_bench
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.costmodel.profiles import load_profile
@@ -17,19 +18,25 @@ from relaxtui.errors import UserError
 from relaxtui.session import load_pair, prompt_tokens
 
 MAX_BENCH_DRAFT = 16
+MAX_PARALLEL_KS = 32  # `--parallel K,K,...` entries
+MAX_REPEATS = 10_000  # --repeats and --passes: more is hours of timing, not a better estimate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--draft-max", "--n-max", type=int, default=5, dest="n_max",
-                        help="largest draft length N to run (N = 1..this)")
-    parser.add_argument("--max-tokens", "-n", type=int, default=96, help="tokens generated per prompt and config")
-    parser.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to run")
-    parser.add_argument("--prompt", action="append", default=[], help="your own prompt (repeatable)")
-    parser.add_argument("--repeats", type=int, default=8, help="repeats of each step timing")
-    parser.add_argument("--passes", type=int, default=2, help="interleaved passes over all configs")
-    parser.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
+    parser.add_argument("--draft-max", "--n-max", type=int_option("--draft-max", 1, MAX_BENCH_DRAFT), default=5,
+                        dest="n_max", help="largest draft length N to run (N = 1..this)")
+    parser.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=96,
+                        help="tokens generated per prompt and config")
+    parser.add_argument("--prompts", type=int_option("--prompts", 1, len(BENCH_PROMPTS)), default=2,
+                        help="how many of the built-in prompts to run")
+    parser.add_argument("--prompt", type=utf8_text, action="append", default=[], help="your own prompt (repeatable)")
+    parser.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=8,
+                        help="repeats of each step timing")
+    parser.add_argument("--passes", type=int_option("--passes", 1, MAX_REPEATS), default=2,
+                        help="interleaved passes over all configs")
+    parser.add_argument("--profile", type=utf8_text, action="append", default=[], metavar="NAME|FILE",
                         help="also price each N with this cost profile (repeatable; `relaxtui profiles list`)")
-    parser.add_argument("--save-profile", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--save-profile", type=utf8_path, default=None, metavar="FILE",
                         help="write this machine's cost profile (JSON) for `--profile` elsewhere")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--parallel", type=k_list, default=None, dest="parallel_ks", metavar="K,K,...",
@@ -39,11 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def k_list(text: str) -> list[int]:
-    """``1,2,4,8``: sequence counts to bench."""
+    """``1,2,4,8``: sequence counts to bench, each in 1..INT32_MAX (the context's own limit is checked at load)."""
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid --parallel list: {text!r} (e.g. 1,2,4,8)") from None
+        ks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:  # a word, or a number too long for int()
+        ks = []
+    if not ks or len(ks) > MAX_PARALLEL_KS or not all(1 <= k <= INT32_MAX for k in ks):
+        shown = ascii(text if len(text) <= 40 else text[:40] + "...")
+        raise argparse.ArgumentTypeError(f"invalid --parallel list: {shown} (e.g. 1,2,4,8: at most "
+                                         f"{MAX_PARALLEL_KS} whole numbers >= 1)")
+    return ks
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
     profiles = [load_profile(spec) for spec in args.profile]
     for profile in profiles:  # a profile that cannot price N_max fails now, not after the runs
         profile.round_cost_ms(args.n_max)
-    if args.save_profile is not None and not args.save_profile.parent.is_dir():
-        raise UserError(f"--save-profile: folder {args.save_profile.parent} does not exist")
+    if args.save_profile is not None:
+        check_writable(args.save_profile)
     options = model_options(args)
     params = sampling(args)
     pair = load_pair(options)
@@ -77,13 +89,27 @@ def run(args: argparse.Namespace) -> int:
     drafter_name = pair.drafter_path.name if pair.drafter_path else result.drafter_kind
     if args.save_profile is not None:
         costs = LoopCosts(**result.costs)  # type: ignore[arg-type]
-        profile = costs.profile(f"{platform.node() or 'this-machine'}", verifier=pair.verifier_path.name,
-                                drafter=drafter_name, hardware=hardware_description())
-        args.save_profile.write_text(profile.to_json())
+        profile = costs.profile(printable(platform.node()) or "this-machine",
+                                verifier=printable(pair.verifier_path.name), drafter=printable(drafter_name),
+                                hardware=hardware_description())
+        try:
+            args.save_profile.write_text(profile.to_json(), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"--save-profile: cannot write {args.save_profile} ({exc.strerror or exc})") from None
     print(json.dumps(result.as_dict()) if args.json else render(result, pair.verifier_path.name, drafter_name))
     if args.save_profile is not None and not args.json:
         print(f"wrote this machine's cost profile to {args.save_profile}")
     return 0
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a --save-profile path that cannot be written before the bench runs, not minutes after."""
+    if not path.parent.is_dir():
+        raise UserError(f"--save-profile: folder {path.parent} does not exist")
+    if path.exists() and not path.is_file():
+        raise UserError(f"--save-profile: {path} exists and is not a regular file")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise UserError(f"--save-profile: {path} is not writable")
 
 
 def run_parallel(args: argparse.Namespace) -> int:
@@ -154,15 +180,19 @@ def hardware_description() -> str:
     """CPU model and core count, for a saved profile's `hardware` field."""
     model = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
     except OSError:
         pass
-    import os
+    return printable(f"{model}, {os.cpu_count()} cores (llama.cpp CPU)")
 
-    return f"{model}, {os.cpu_count()} cores (llama.cpp CPU)"
+
+def printable(text: str, limit: int = 200) -> str:
+    """Machine-reported text (host name, /proc/cpuinfo, file names) as a saved profile may hold it: printable
+    characters only, cut at ``limit`` — so `--profile` reads back what `--save-profile` wrote."""
+    return "".join(ch for ch in text if ch.isprintable())[:limit]
 
 
 def slower_line(result: BenchResult) -> str | None:

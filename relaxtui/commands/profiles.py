@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from relaxtui.commands.common import utf8_text
 from relaxtui.costmodel.profiles import SHIPPED, CostProfile, load_profile
 from relaxtui.errors import UserError
 
@@ -12,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="profiles_command", required=True, parser_class=type(parser))
     sub.add_parser("list", help="the shipped cost profiles")
     show = sub.add_parser("show", help="every price of one profile, and the round costs it implies")
-    show.add_argument("name", help="a shipped name, memory-bound:C, or a profile JSON file")
+    show.add_argument("name", type=utf8_text, help="a shipped name, memory-bound:C, or a profile JSON file")
     show.add_argument("--json", action="store_true", help="print the profile as JSON (the file format)")
 
 
