@@ -12,8 +12,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from relaxtui.commands.common import add_draft_options, add_parallel_option, model_options, sampling
+from relaxtui.commands.common import (
+    add_draft_options,
+    add_parallel_option,
+    finite_float,
+    int_option,
+    model_options,
+    sampling,
+    utf8_path,
+    utf8_text,
+)
 from relaxtui.costmodel.profiles import CostProfile, load_profile
+from relaxtui.decoding.loop import MAX_DRAFT
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import RunIdentity, fingerprints
 from relaxtui.evals.pair import THIS_MACHINE, measure_profile, sample_tokenizer
@@ -33,40 +43,56 @@ if TYPE_CHECKING:
     from relaxtui.session import LoadedPair, ModelOptions
 
 PROMPT_ROOM = 1024  # tokens kept for the prompt on top of --max-tokens
+MAX_REPEATS = 1000  # avg@n: more seeds than any benchmark protocol asks for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("task", help="aime, aime25, math500, gpqa, lcb, humaneval — or `report DIR`")
-    parser.add_argument("directory", nargs="?", help="with `report`: the run folder to summarise")
+    parser.add_argument("task", type=utf8_text,
+                        help="aime, aime25, math500, gpqa, lcb, humaneval — or `report DIR`")
+    parser.add_argument("directory", nargs="?", type=utf8_text, help="with `report`: the run folder to summarise")
     group = parser.add_argument_group("grid (each option takes a list; the run is their product)")
-    group.add_argument("--rule", nargs="+", default=["strict"],
+    group.add_argument("--rule", nargs="+", type=utf8_text, default=["strict"],
                        help="acceptance rules; RULE:KNOB pins a knob (e.g. strict cactus:1 mentored:0.7)")
-    group.add_argument("--alpha", nargs="+", type=float, default=[], help="knobs (default: each rule's paper grid)")
-    group.add_argument("--draft-max", nargs="+", type=int, default=[3], help="draft lengths N")
+    group.add_argument("--alpha", nargs="+", type=finite_float, default=[],
+                       help="knobs (default: each rule's paper grid)")
+    group.add_argument("--draft-max", nargs="+", type=int_option("--draft-max", 1, MAX_DRAFT), default=[3],
+                       help="draft lengths N")
     group.add_argument("--no-spec", action="store_true", help="also run the verifier alone (the speed baseline)")
     run = parser.add_argument_group("run")
-    run.add_argument("--repeats", type=int, default=1, help="n of avg@n; seeds are seed+i")
-    run.add_argument("--limit", type=int, default=None, help="only the first K problems")
-    run.add_argument("--max-tokens", "-n", type=int, default=None, help="default: the task's budget")
+    run.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=1,
+                     help="n of avg@n; seeds are seed+i")
+    run.add_argument("--limit", type=int_option("--limit", 1), default=None,
+                     help="only the first K problems (default: all)")
+    run.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=None,
+                     help="answer budget in tokens (default: the task's own, e.g. 4096)")
     run.add_argument("--thinking", choices=["on", "off"], default=None,
                      help="reasoning mode for templates that have one (default: the template's own)")
-    run.add_argument("--out", type=Path, default=None, help="results folder (default results/TASK)")
-    run.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
+    run.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/TASK)")
+    run.add_argument("--data", type=utf8_path, default=None, help="local data file instead of the shipped/hub data")
     add_parallel_option(run)
     cluster = parser.add_argument_group("cluster (optional extra: pip install 'relaxtui[cluster]')")
-    cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+    cluster.add_argument("--ray", nargs="?", type=utf8_text, const="", default=None, metavar="ADDRESS",
                          help="run the units on Ray actors: HOST:PORT as `ray start --head` prints it, or no address "
                               "for the latest local `ray start` (else a new local Ray); this machine keeps the results")
-    cluster.add_argument("--ray-actors", type=int, default=None, metavar="K",
+    cluster.add_argument("--ray-actors", type=int_option("--ray-actors", 1), default=None, metavar="K",
                          help="actors, each holding the pair once (default: one per node)")
     add_draft_options(parser, with_length=False)
-    report = parser.add_argument_group("report (also printed at the end of a run)")
-    report.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
-                        help="price speed-ups with this cost profile (repeatable; default: the profile measured "
-                             "when the run started; `relaxtui profiles list`)")
-    report.add_argument("--length-adjusted", action="store_true",
-                        help="require the length-adjusted speed-up (needs a --no-spec config in the run)")
-    report.add_argument("--json", action="store_true", help="with `report`: one JSON object per config and line")
+    add_report_options(parser.add_argument_group("report (also printed at the end of a run)"))
+
+
+def add_report_options(group: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """What `eval report DIR` takes (and `eval TASK`, for the report printed at the end of a run)."""
+    add_profile_option(group, "price speed-ups with these cost profiles (default: this-machine, the profile "
+                              "measured when the run started; `relaxtui profiles list`)")
+    group.add_argument("--length-adjusted", action="store_true",
+                       help="require the length-adjusted speed-up (needs a --no-spec config in the run)")
+    group.add_argument("--json", action="store_true", help="with `report`: one JSON object per config and line")
+
+
+def add_profile_option(group: argparse.ArgumentParser | argparse._ArgumentGroup, text: str) -> None:
+    """``--profile A B`` or ``--profile A --profile B``: a list, like the grid options."""
+    group.add_argument("--profile", nargs="+", action="extend", type=utf8_text, default=[], metavar="NAME|FILE",
+                       help=text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,17 +101,11 @@ def run(args: argparse.Namespace) -> int:
     if args.directory is not None:
         raise UserError(f"unexpected argument {args.directory!r} (only `eval report DIR` takes a folder)")
     task = get(args.task)
-    if args.limit is not None and args.limit < 1:
-        raise UserError(f"--limit must be >= 1 (got {args.limit})")
-    if any(n < 1 for n in args.draft_max):
-        raise UserError(f"--draft-max values must be >= 1 (got {args.draft_max}); use --no-spec for N = 0")
-    max_tokens = args.max_tokens or task.max_tokens
-    if max_tokens < 1:
-        raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
+    max_tokens = args.max_tokens or task.max_tokens  # numbers are range-checked as they are parsed
     for profile in profiles_for_report(args.profile, None):  # bad or too short profiles fail before models load
         profile.round_cost_ms(max(args.draft_max))
-    if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
-        raise UserError(f"--ray-actors must be >= 1 and goes with --ray (got {args.ray_actors})")
+    if args.ray_actors is not None and args.ray is None:
+        raise UserError(f"--ray-actors goes with --ray (got --ray-actors {args.ray_actors} alone)")
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
                     sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)

@@ -4,22 +4,33 @@ the capability-vs-speed Pareto front and a plain recommendation."""
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from relaxtui.commands.common import add_parallel_option, model_options, sampling
+from relaxtui.commands.common import (
+    add_parallel_option,
+    finite_float,
+    float_option,
+    int_option,
+    model_options,
+    sampling,
+    utf8_path,
+    utf8_text,
+)
 from relaxtui.commands.eval import (
+    MAX_REPEATS,
     ProgressBar,
+    add_profile_option,
     model_paths,
     profiles_for_report,
     run_environment,
     save_measured_profile,
 )
 from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
+from relaxtui.decoding.loop import MAX_DRAFT
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import RunIdentity, fingerprints
 from relaxtui.evals.pair import sample_tokenizer
@@ -33,22 +44,29 @@ from relaxtui.session import ModelOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("task", help="aime, aime25, math500, gpqa, lcb or humaneval")
-    parser.add_argument("--limit", type=int, default=5, help="problems to score (K)")
-    parser.add_argument("--draft-max", nargs="+", type=int, default=[2, 3, 4], help="strict draft lengths to try")
-    parser.add_argument("--drafters", nargs="+", default=[DEFAULT_DRAFTER], help="drafter files, or 'ngram'")
-    parser.add_argument("--rule", nargs="+", default=["cactus", "mentored"], help="relaxed rules to try")
-    parser.add_argument("--alpha", nargs="+", type=float, default=[], help="knobs (default: 2 per rule's grid)")
-    parser.add_argument("--relaxed-n", type=int, default=None, help="N for relaxed rules (default: best strict)")
-    parser.add_argument("--max-drop", type=float, default=2.0, help="accuracy points you accept to lose")
-    parser.add_argument("--max-tokens", "-n", type=int, default=512, help="answer budget per problem, in tokens")
-    parser.add_argument("--repeats", type=int, default=1, help="seeds per problem (avg@n)")
-    parser.add_argument("--out", type=Path, default=None, help="results folder (default results/tune-TASK)")
-    parser.add_argument("--data", type=Path, default=None, help="local data file instead of the shipped/hub data")
+    parser.add_argument("task", type=utf8_text, help="aime, aime25, math500, gpqa, lcb or humaneval")
+    parser.add_argument("--limit", type=int_option("--limit", 1), default=5, help="problems to score (K)")
+    parser.add_argument("--draft-max", nargs="+", type=int_option("--draft-max", 1, MAX_DRAFT), default=[2, 3, 4],
+                        help="strict draft lengths to try")
+    parser.add_argument("--drafters", nargs="+", type=utf8_text, default=[DEFAULT_DRAFTER],
+                        help="drafter files, or 'ngram'")
+    parser.add_argument("--rule", nargs="+", type=utf8_text, default=["cactus", "mentored"],
+                        help="relaxed rules to try")
+    parser.add_argument("--alpha", nargs="+", type=finite_float, default=[],
+                        help="knobs (default: the first 2 of each rule's paper grid)")
+    parser.add_argument("--relaxed-n", type=int_option("--relaxed-n", 1, MAX_DRAFT), default=None,
+                        help="N for relaxed rules (default: the best strict N)")
+    parser.add_argument("--max-drop", type=float_option("--max-drop", low=0, high=100), default=2.0,
+                        help="accuracy points you accept to lose")
+    parser.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=512,
+                        help="answer budget per problem, in tokens")
+    parser.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=1,
+                        help="seeds per problem (avg@n)")
+    parser.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/tune-TASK)")
+    parser.add_argument("--data", type=utf8_path, default=None, help="local data file instead of the shipped/hub data")
     add_parallel_option(parser)
-    parser.add_argument("--profile", action="append", default=[], metavar="NAME|FILE",
-                        help="price speed with this cost profile (repeatable; the first one drives the advice; "
-                             "default: this machine, measured at the start)")
+    add_profile_option(parser, "price speed with these cost profiles (the first drives the advice; default: "
+                               "this-machine, measured at the start)")
 
 
 @dataclass(frozen=True)
@@ -85,12 +103,6 @@ def run(args: argparse.Namespace) -> int:
     from relaxtui.session import load_pair
 
     task = get(args.task)
-    if args.limit < 1 or args.max_tokens < 1:
-        raise UserError("--limit and --max-tokens must be >= 1")
-    if not (math.isfinite(args.max_drop) and args.max_drop >= 0):
-        raise UserError(f"--max-drop must be a number of accuracy points >= 0 (got {args.max_drop})")
-    if any(n < 1 for n in args.draft_max) or (args.relaxed_n is not None and args.relaxed_n < 1):
-        raise UserError("draft lengths must be >= 1")
     if "strict" in args.rule:
         raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
     params = sampling(args)
