@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from textual.widgets import Input, Select
@@ -69,8 +70,11 @@ async def test_stats_follow_the_stream():
         m = app.last_metrics
         assert stats.counters.rounds == m.rounds and stats.counters.accepted == m.accepted
         text = "\n".join(stats.lines())
-        assert f"accept {m.acceptance_rate:.2f} ({m.accepted}/{m.drafted})" in text
-        assert f"{m.tokens_per_s:.1f} tok/s  c_rel 0.30" in text
+        assert f"acceptance     {m.acceptance_rate:.2f} ({m.accepted}/{m.drafted})" in text
+        assert f"speed          {m.tokens_per_s:.1f} tok/s" in text
+        assert "verifier alone 100.0 tok/s" in text and "c_rel          0.30" in text  # the fake's timed costs
+        wall_clock = m.tokens_per_s * 0.01  # over the verifier alone's 100 tok/s
+        assert f"wall-clock            {wall_clock:.2f}x" in text and "priced (this machine) " in text
 
 
 def gated_app(gate: threading.Event, **settings) -> RelaxApp:
@@ -208,7 +212,7 @@ def test_describe_lists_alternatives_and_statistic():
     assert "gamma" in text and "top p:" in text and "top q:" in text
 
 
-async def test_save_writes_markdown_and_events(tmp_path):
+async def test_save_writes_markdown_and_a_chat_file(tmp_path):
     app = fake_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "save me")
@@ -216,9 +220,16 @@ async def test_save_writes_markdown_and_events(tmp_path):
         await pilot.pause()
     markdown = next(tmp_path.glob("chat-*.md")).read_text()
     assert "## user" in markdown and "save me" in markdown and "## assistant" in markdown
-    lines = [json.loads(line) for line in next(tmp_path.glob("chat-*.jsonl")).read_text().splitlines()]
-    assert lines[0]["type"] == "settings" and len(lines) == 1 + len(app.events)
-    assert {line["verdict"] for line in lines[1:]} <= {v.value for v in Verdict}
+    document = json.loads(next(tmp_path.glob("chat-*.json")).read_text())
+    assert (document["format"], document["version"]) == ("relaxtui-chat", 1)
+    assert document["models"]["verifier"]["name"] == "fake-verifier"
+    assert document["models"]["drafter"] == {"name": "fake-drafter", "path": None, "kind": "model"}
+    assert document["settings"]["rule"] == "strict" and document["settings"]["seed"] == 3
+    user, reply = document["messages"]
+    assert user == {"role": "user", "content": "save me"}
+    assert reply["role"] == "assistant" and len(reply["events"]) == len(app.events)
+    assert {event["verdict"] for event in reply["events"]} <= {v.value for v in Verdict}
+    assert reply["metrics"]["output_tokens"] == len(app.events) and reply["settings"]["max_tokens"] == 40
 
 
 async def test_new_chat_clears_everything():
@@ -284,6 +295,19 @@ def test_snapshot_inspector_on_a_rejected_token(snap_compare):
 
 def test_snapshot_fits_80_by_24(snap_compare):
     assert snap_compare(fake_app(), terminal_size=(80, 24), run_before=_run_before())
+
+
+def test_snapshot_settings_at_80_by_24(snap_compare):
+    assert snap_compare(fake_app(), terminal_size=(80, 24), run_before=_run_before("f2"))
+
+
+def test_snapshot_empty_chat_statistics(snap_compare):
+    async def loaded(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.ready)
+        pilot.app.query_one("#prompt", Input).cursor_blink = False
+        await pilot.pause()
+
+    assert snap_compare(fake_app(), terminal_size=(80, 24), run_before=loaded)
 
 
 # -- real model -------------------------------------------------------------------------------------------------
@@ -387,3 +411,274 @@ async def test_long_reply_is_streamed_in_batches_into_bounded_segments():
         app.select(5)  # selection re-renders only the segment that holds the token
         await pilot.pause()
         assert [segment.selected for segment in segments[:2]] == [5, None]
+
+
+# -- settings panel at 80×24: labelled, keyboard-driven, never squeezing the transcript ---------------------------
+SMALL = (80, 24)
+FIELD_LABELS = {"set-rule": "rule", "set-knob": "knob", "set-draft-max": "draft length N", "set-temperature":
+                "temperature", "set-top-k": "top-k", "set-top-p": "top-p", "set-seed": "seed",
+                "set-max-tokens": "max tokens", "set-drafter": "drafter", "set-thinking": "thinking"}
+
+
+async def open_settings(pilot, app: RelaxApp) -> None:
+    await wait_until(pilot, lambda: app.ready)
+    await pilot.press("f2")
+    await pilot.pause()
+    assert app.query_one("#settings").display and app.focused is app.query_one("#set-rule")
+
+
+def typed_into_prompt(app: RelaxApp) -> str:
+    return app.query_one("#prompt", Input).value
+
+
+async def test_settings_fields_are_labelled_and_fit_80_by_24():
+    from textual.widgets import Label
+
+    app = fake_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await send(pilot, app)
+        await open_settings(pilot, app)
+        for field_id, label in FIELD_LABELS.items():
+            row = app.query_one(f"#{field_id}").parent
+            text = str(row.query_one(".label", Label).render())
+            assert text.startswith(label), (field_id, text)  # the label sits beside its box, in the same row
+            assert app.query_one(f"#{field_id}").region.width >= 10
+        apply = app.query_one("#set-apply")
+        assert app.screen.region.contains_region(apply.region) and apply.region.height >= 1
+        assert app.query_one("#transcript").region.width >= 40  # the panel lies over the sidebar, not the chat
+
+
+async def test_settings_apply_by_keyboard_gives_the_focus_back_to_the_chat_input():
+    app = fake_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await open_settings(pilot, app)
+        draft_max = app.query_one("#set-draft-max", Input)
+        for _ in range(20):  # tab walks the fields down to Apply, never leaving the panel
+            await pilot.press("tab")
+            assert app.focused is not None and app.query_one("#settings") in app.focused.ancestors_with_self
+            if app.focused is draft_max:
+                draft_max.value = "2"
+            if app.focused.id == "set-apply":
+                break
+        assert app.focused.id == "set-apply"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.settings.draft_max == 2)
+        await pilot.pause()
+        assert not app.query_one("#settings").display
+        assert app.focused is app.query_one("#prompt")
+        await pilot.press(*"next")
+        assert typed_into_prompt(app) == "next"
+
+
+async def test_settings_escape_gives_the_focus_back_to_the_chat_input():
+    app = fake_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await open_settings(pilot, app)
+        await pilot.press("tab", "tab")  # somewhere inside the form
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.query_one("#settings").display and app.focused is app.query_one("#prompt")
+        await pilot.press(*"typed")
+        assert typed_into_prompt(app) == "typed" and app.settings.draft_max == 3  # nothing applied
+        await pilot.press("f2")  # F2 closes it too
+        await pilot.pause()
+        await pilot.press("f2")
+        await pilot.pause()
+        assert app.focused is app.query_one("#prompt")
+
+
+async def test_settings_wide_screen_keeps_the_statistics_beside_the_panel():
+    app = fake_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_settings(pilot, app)
+        stats, settings = app.query_one(StatsPanel).region, app.query_one("#settings").region
+        assert not stats.overlaps(settings) and app.query_one("#transcript").region.width >= 40
+
+
+# -- statistics: placeholders, and speed-ups that say what they are -----------------------------------------------
+async def test_empty_chat_shows_dashes_not_measured_looking_numbers():
+    app = fake_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_until(pilot, lambda: app.ready)
+        text = "\n".join(app.query_one(StatsPanel).lines())
+        assert "0.00x" not in text and "1.00x" not in text and " 0.0 tok/s" not in text
+        for label in ("acceptance", "mean length", "speed", "wall-clock", "priced (this machine)"):
+            line = next(line for line in text.splitlines() if line.strip().startswith(label))
+            assert line.rstrip().endswith("–"), line
+        assert "break-even" not in text
+
+
+def _stats_lines(cost, draft_lengths, accepted_per_round, tokens_per_s):
+    from relaxtui.decoding.events import RoundTiming
+
+    panel = StatsPanel()
+    panel.cost = cost
+    panel.reset(max(draft_lengths))
+    for index, (drafted, accepted) in enumerate(zip(draft_lengths, accepted_per_round, strict=True)):
+        panel.counters.observe_round(RoundTiming(index, drafted, accepted, 0.0, 0.01, 0.0, 0.0))
+        panel.tokens += accepted + 1
+    panel.final_tokens_per_s = tokens_per_s
+    return panel, "\n".join(panel.lines())
+
+
+def test_break_even_is_shown_only_below_it_by_the_cost_model():
+    from relaxtui.costmodel.auto import break_even_length
+    from relaxtui.tui.engine import fake_costs
+
+    cost = fake_costs(0.01)  # N=3 breaks even at mean length 3.10 on these costs
+    # mean length 3.5 (above 3.10) but a slow wall clock (busy machine): faster by the model, no break-even line
+    panel, text = _stats_lines(cost, [3, 3], [3, 2], tokens_per_s=50.0)
+    assert "wall-clock            0.50x" in text and "break-even" not in text and "slower" not in text
+    assert float(text.split("priced (this machine) ")[1].split("x")[0]) >= 1.0
+    # mean length 2.0 (below): slower by the model, and the line names N and the length it needs
+    panel, text = _stats_lines(cost, [3, 3], [1, 1], tokens_per_s=150.0)
+    needed = break_even_length(cost, 3)
+    assert panel.counters.mean_accepted_length < needed
+    assert f"break-even at N=3: length {needed:.2f}" in text
+    assert float(text.split("priced (this machine) ")[1].split("x")[0]) < 1.0
+
+
+def test_break_even_never_contradicts_the_priced_speed_up():
+    import random
+
+    from relaxtui.tui.engine import fake_costs
+
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.randint(1, 6)
+        rounds = rng.randint(1, 12)
+        lengths = [n] * rounds
+        accepted = [rng.randint(0, n) for _ in range(rounds)]
+        panel, text = _stats_lines(fake_costs(0.01, c_rel=rng.uniform(0.05, 0.6)), lengths, accepted, 20.0)
+        priced = float(text.split("priced (this machine) ")[1].split("x")[0])
+        if "break-even" in text:
+            needed = float(text.split("length ")[-1])
+            assert priced <= 1.0 and panel.counters.mean_accepted_length < needed + 1e-9, text
+
+
+# -- saved chats reopen with --resume -----------------------------------------------------------------------------
+async def _saved_chat(tmp_path) -> tuple[RelaxApp, Path]:
+    app = RelaxApp(FakeChatEngine(), ChatSettings(rule="cactus", knob=1.0, drafter="fake-drafter", max_tokens=30,
+                                                  seed=5, temperature=0.8, top_k=12), save_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first question")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    return app, next(tmp_path.glob("chat-*.json"))
+
+
+def _resumed_app(monkeypatch, path) -> RelaxApp:
+    """What `relaxtui chat --fake --resume PATH` builds, captured instead of opening the screen."""
+    from relaxtui.cli import main
+
+    built = []
+    monkeypatch.setattr(RelaxApp, "run", lambda self: built.append(self))
+    assert main(["chat", "--fake", "--resume", str(path)]) == 0
+    (app,) = built
+    return app
+
+
+async def test_resume_restores_transcript_settings_and_continues_the_conversation(tmp_path, monkeypatch):
+    original, path = await _saved_chat(tmp_path)
+    app = _resumed_app(monkeypatch, path)
+    sent = []
+    real_prompt_tokens = app.engine.prompt_tokens
+
+    def prompt_tokens(messages, thinking):
+        sent.append(list(messages))
+        return real_prompt_tokens(messages, thinking)
+
+    monkeypatch.setattr(app.engine, "prompt_tokens", prompt_tokens)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.ready)
+        assert app.settings == original.settings  # rule, knob, N, sampling, seed, drafter, max tokens
+        assert [(t.role, t.content) for t in app.turns] == [(t.role, t.content) for t in original.turns]
+        assert app.events == original.events
+        view = app.query(TokenView).last()  # coloured as it was: every span in its verdict's style
+        spans = view.render().spans
+        assert len(spans) == len(app.events)
+        for span, event in zip(spans, app.events, strict=True):
+            assert span.style.color == view.get_component_rich_style(f"token--{event.verdict.value}",
+                                                                     partial=True).color
+        assert "first question" in str(app.query("UserMessage").first().render())
+        assert app.query_one(StatsPanel).counters.rounds == original.last_metrics.rounds
+        await pilot.click("#prompt")
+        await pilot.press(*"and then?", "enter")
+        await wait_until(pilot, lambda: len(app.turns) == 4 and not app.generating)
+    assert [(m.role, m.content) for m in sent[-1]] == [(t.role, t.content) for t in original.turns] + [
+        ("user", "and then?")]
+
+
+async def test_resume_switches_to_the_saved_drafter_and_names_a_different_verifier(tmp_path, monkeypatch):
+    _, path = await _saved_chat(tmp_path)
+    document = json.loads(path.read_text())
+    document["settings"]["drafter"] = "ngram"
+    document["models"]["verifier"]["name"] = "other-verifier.gguf"
+    path.write_text(json.dumps(document))
+    app = _resumed_app(monkeypatch, path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.ready)
+        assert app.engine.drafter_name == app.settings.drafter == "ngram"
+        notes = [n.message for n in app._notifications]
+        assert any("saved with verifier other-verifier.gguf; it continues with fake-verifier" in n for n in notes)
+
+
+def test_saved_chat_round_trips_through_the_loader(tmp_path):
+    from relaxtui.tui.engine import ModelInfo
+    from relaxtui.tui.save import SavedChat, Turn, chat_document, load_chat
+
+    settings = ChatSettings(rule="casc-opt", knob=float("-inf"), drafter="fake-drafter", max_tokens=8)
+    events = tuple(e for e in FakeChatEngine().stream([], settings, lambda: False) if not hasattr(e, "metrics"))
+    chat = SavedChat(settings, ModelInfo("v.gguf", "/m/v.gguf"), ModelInfo("ngram", None, "ngram"),
+                     (Turn("user", "hi"), Turn("assistant", "x", events, None, settings)), "2025-01-01T00:00:00")
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(chat_document(chat)))
+    assert load_chat(path) == chat
+
+
+def _bad_files(tmp_path):
+    from relaxtui.tui.save import MAX_BYTES
+
+    good = {"format": "relaxtui-chat", "version": 1, "models": {"verifier": {"name": "v"}, "drafter": {"name": "d"}},
+            "settings": {"rule": "strict"}, "messages": [{"role": "user", "content": "hi"}]}
+
+    def variant(**changes):
+        return json.dumps({**good, **changes})
+
+    cases = {
+        "not-json.json": ("{oops", "not JSON"),
+        "old.jsonl": ('{"type": "settings"}\n{"type": "token"}\n', "not JSON"),
+        "list.json": ("[1, 2]", "not a relaxtui saved chat"),
+        "foreign.json": (json.dumps({"name": "something else"}), "not a relaxtui saved chat"),
+        "future.json": (variant(version=2), "format version 2"),
+        "role.json": (variant(messages=[{"role": "system", "content": "x"}]), "messages[0].role must be"),
+        "type.json": (variant(settings={"rule": "strict", "draft_max": "3"}), "settings.draft_max must be a whole"),
+        "bool.json": (variant(settings={"rule": "strict", "top_k": True}), "settings.top_k must be a whole"),
+        "missing.json": (variant(messages=[{"role": "user"}]), "messages[0].content is missing"),
+        "event.json": (variant(messages=[{"role": "assistant", "content": "", "events": [{"index": 0}]}]),
+                       "messages[0].events[0].token_id is missing"),
+        "rule.json": (variant(settings={"rule": "nonsense"}), "unknown rule"),
+        "big.json": (" " * (MAX_BYTES + 1), "larger than"),
+        "binary.json": (b"\xff\xfe\x00garbage", "not JSON"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+        yield path, message
+    yield tmp_path / "absent.json", "No such file"
+    yield tmp_path, "Is a directory"
+
+
+def test_a_bad_resume_file_is_one_line_and_exit_2_before_the_screen(tmp_path, capsys, monkeypatch):
+    from relaxtui.cli import main
+
+    def no_screen(self):  # noqa: ANN001
+        raise AssertionError("the UI opened")
+
+    monkeypatch.setattr(RelaxApp, "run", no_screen)
+    monkeypatch.setattr("relaxtui.tui.save.MAX_BYTES", 4096)  # the real bound is 64 MiB
+    for path, message in _bad_files(tmp_path):
+        assert main(["chat", "--fake", "--resume", str(path)]) == 2, path
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"relaxtui: error: cannot resume {path}"), err
+        assert message in err and "Traceback" not in err, (path, err)

@@ -1,4 +1,4 @@
-"""The relaxtui chat app: compose, key bindings, and the worker that turns the event stream into messages.
+"""The relaxtui chat app: compose, key bindings, and the worker that turns the event stream into workers.
 
 Blocking work (loading models, generating) runs in thread workers that never touch widgets: they post
 messages (thread-safe), and small handlers update the UI. A Started/Finished/Failed trio keeps the UI
@@ -8,117 +8,74 @@ Lifecycle rules: every reply has a generation number and its own stop flag; mess
 generation (a reply stopped by ctrl+n) or arriving after quit are dropped. Quit stops the reply, waits for
 its worker, and only then does the caller free the models. Tokens reach the UI in batches — one message per
 round — and append to bounded segments, so rendering never competes with llama.cpp for the cores.
+
+The conversation is a list of turns (save.Turn): what the engine is sent, what ctrl+s saves and what
+``--resume`` restores (``resume=``) are the same thing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
-from textual import on, work
+from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message as TextualMessage
-from textual.widgets import Footer, Header, Input, LoadingIndicator, Static
+from textual.widgets import Footer, Header, Input, LoadingIndicator
 
-from relaxtui.costmodel.calibrate import LoopCosts
-from relaxtui.decoding.events import Event, Finished, Metrics, TokenEvent
+from relaxtui.decoding.events import Metrics, TokenEvent
 from relaxtui.engine.text import Message
-from relaxtui.errors import UserError
-from relaxtui.tui.engine import ChatEngine, ChatSettings
-from relaxtui.tui.save import save_transcript
+from relaxtui.tui import workers
+from relaxtui.tui.engine import ChatEngine, ChatSettings, token_batches
+from relaxtui.tui.save import SavedChat, Turn, conversation, model_changes, save_chat
 from relaxtui.tui.widgets.inspector import InspectorPanel
 from relaxtui.tui.widgets.settings import SettingsPanel
 from relaxtui.tui.widgets.stats import StatsPanel
+from relaxtui.tui.widgets.status import StatusLine
 from relaxtui.tui.widgets.transcript import AssistantMessage, Legend, TokenView, Transcript, UserMessage
 
+__all__ = ["RelaxApp", "token_batches"]
+
 QUIT_WAIT_S = 5.0  # quit waits this long for a reply to stop; the loop polls its flag every round
-
-
-def token_batches(stream: Iterator[Event]) -> Iterator[tuple[TokenEvent, ...] | Finished]:
-    """Group a token stream by round for the UI: a batch is released as soon as its round is complete (all its
-    n_accepted + 1 tokens seen), so the UI gets at most one message per round and never waits on the next
-    round (which may be held up); Finished flushes whatever a stop or an end-of-generation cut short."""
-    pending: list[TokenEvent] = []
-    for event in stream:
-        if isinstance(event, Finished):
-            if pending:
-                yield tuple(pending)
-            yield event
-            return
-        if pending and event.round.index != pending[-1].round.index:
-            yield tuple(pending)  # a round whose tail was cut (cannot happen mid-stream, but never lose tokens)
-            pending = []
-        pending.append(event)
-        if len(pending) >= event.round.n_accepted + 1:
-            yield tuple(pending)
-            pending = []
-    if pending:
-        yield tuple(pending)
+WIDE_SCREEN = 110  # from this width the settings panel opens beside the sidebar; below, over it (app.tcss)
 
 
 class RelaxApp(App[None]):
     TITLE = "relaxtui"
     CSS_PATH = "styles/app.tcss"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_SCREEN, "-wide")]
     BINDINGS = [
         Binding("ctrl+q", "quit", "quit", priority=True),
         Binding("escape", "stop", "stop"),
         Binding("ctrl+n", "new_chat", "new chat"),
         Binding("ctrl+s", "save", "save"),
-        Binding("f2", "toggle('#settings')", "settings"),
+        Binding("f2", "settings", "settings"),
         Binding("f3", "toggle('StatsPanel')", "stats"),
         Binding("f4", "toggle('InspectorPanel')", "inspector"),
         Binding("f6", "toggle_theme", "theme"),
     ]
 
-    @dataclass
-    class Loaded(TextualMessage):
-        cost: LoopCosts
-        drafters: list[str]  # found in the worker: listing reads every GGUF header, too slow for the UI thread
-
-    @dataclass
-    class LoadFailed(TextualMessage):
-        reason: str
-
-    @dataclass
-    class Progress(TextualMessage):
-        text: str
-
-    @dataclass
-    class GenerationStarted(TextualMessage):
-        generation: int
-        draft_max: int
-
-    @dataclass
-    class TokensReceived(TextualMessage):
-        generation: int
-        events: tuple[TokenEvent, ...]
-
-    @dataclass
-    class GenerationFinished(TextualMessage):
-        generation: int
-        text: str
-        metrics: Metrics
-
-    @dataclass
-    class GenerationFailed(TextualMessage):
-        generation: int
-        reason: str
+    # the workers' messages, here too so that ``RelaxApp.TokensReceived`` names them
+    Loaded, LoadFailed, Progress = workers.Loaded, workers.LoadFailed, workers.Progress
+    GenerationStarted, TokensReceived = workers.GenerationStarted, workers.TokensReceived
+    GenerationFinished, GenerationFailed = workers.GenerationFinished, workers.GenerationFailed
 
     def __init__(self, engine: ChatEngine, settings: ChatSettings | None = None,
-                 save_dir: Path | None = None, model_thread: ThreadPoolExecutor | None = None) -> None:
+                 save_dir: Path | None = None, model_thread: ThreadPoolExecutor | None = None,
+                 resume: SavedChat | None = None) -> None:
         super().__init__()
         self.engine = engine
         self.model_thread = model_thread
-        self.settings = settings or ChatSettings(drafter=engine.drafter_name)
+        self.settings = settings or (resume.settings if resume else ChatSettings(drafter=engine.drafter_name))
         self.save_dir = save_dir or Path("transcripts")
-        self.conversation: list[Message] = []
+        self.resume = resume  # restored on mount; its drafter is switched to once the models are loaded
+        self.turns: list[Turn] = []
         self.events: list[TokenEvent] = []  # every generated token of the conversation, in order
         self.selected: int | None = None
         self.generating = False
@@ -126,75 +83,104 @@ class RelaxApp(App[None]):
         self.generation = 0  # the reply whose messages the UI accepts; bumped by send and new chat
         self._stop = threading.Event()  # the current reply's stop flag (each reply gets its own)
         self._reply_worker = None  # textual Worker of the current reply
+        self._reply_settings = self.settings
+        self._reply_start = 0  # index in ``events`` of the current reply's first token
         self._quitting = False
         self._current: AssistantMessage | None = None
         self.last_metrics: Metrics | None = None
+
+    @property
+    def conversation(self) -> list[Message]:
+        """What the engine is sent: every turn so far, as chat workers."""
+        return conversation(self.turns)
 
     # -- layout --------------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="main"):
-            yield Vertical(SettingsPanel(self.settings, [self.settings.drafter]), id="settings", classes="-hidden")
             yield Transcript(id="transcript")
+            yield SettingsPanel(self.settings, [self.settings.drafter], self.engine.verifier_name, id="settings",
+                                classes="-hidden")
             with Vertical(id="sidebar"):
                 yield StatsPanel()
                 yield InspectorPanel(self.engine.piece)
         yield Legend(id="legend")
         yield LoadingIndicator(id="loading")
-        yield Static("", id="status")
+        yield StatusLine("", id="status")
         yield Input(placeholder="loading models…", id="prompt", disabled=True)
         yield Footer()
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         # Every thread worker (load, reply, drafter switch) runs on one OS thread. llama.cpp's OpenMP keeps a
         # team of compute threads per calling thread; a second team on 2 cores makes libgomp throttle its
         # spin-waits (more threads than CPUs), which cost a quarter of the decoding speed (measured).
         executor = self.model_thread or ThreadPoolExecutor(max_workers=1, thread_name_prefix="relaxtui-models")
         asyncio.get_running_loop().set_default_executor(executor)
         self.load_models()
+        if self.resume is not None:
+            await self._restore(self.resume)
+
+    async def _restore(self, saved: SavedChat) -> None:
+        """A saved chat as it was: the transcript in verdict colours, and its last reply's statistics."""
+        await self.query_one(Transcript).restore(saved.turns)
+        self.turns = list(saved.turns)
+        self.events = [event for turn in saved.turns for event in turn.events]
+        last = next((turn for turn in reversed(saved.turns) if turn.metrics is not None), None)
+        if last is not None and last.metrics is not None:
+            self.query_one(StatsPanel).replay(last.events, last.metrics)
+            self.last_metrics = last.metrics
 
     # -- loading -------------------------------------------------------------------------------------------------
-    @work(thread=True, exclusive=True, exit_on_error=False, group="models")
     def load_models(self) -> None:
-        try:
-            with self.engine.lock:
-                cost = self.engine.load(lambda text: self.post_message(self.Progress(text)))
-                drafters = self.engine.drafter_choices()
-        except UserError as exc:
-            self.post_message(self.LoadFailed(str(exc)))
-            return
-        except Exception as exc:  # a model that llama.cpp rejects must not kill the app
-            self.post_message(self.LoadFailed(f"model load failed: {exc}"))
-            return
-        self.post_message(self.Loaded(cost, drafters))
+        self.run_worker(partial(workers.load_models, self.engine, self.post_message), thread=True,
+                        exclusive=True, exit_on_error=False, group="models")
 
-    @on(Progress)
-    def show_progress(self, message: Progress) -> None:
+    @on(workers.Progress)
+    def show_progress(self, message: workers.Progress) -> None:
         if self._quitting:
             return
-        self.query_one("#status", Static).update(message.text)
+        self.query_one(StatusLine).update(message.text)
 
-    @on(Loaded)
-    def models_loaded(self, message: Loaded) -> None:
+    @on(workers.Loaded)
+    def models_loaded(self, message: workers.Loaded) -> None:
         if self._quitting:
             return
+        self.query_one(StatsPanel).set_cost(message.cost)
+        if self._resume_models(message.drafters):
+            return  # switching to the saved chat's drafter: another Loaded follows
         self.ready = True
         self._show_loading(False)
-        self.query_one(StatsPanel).set_cost(message.cost)
         prompt = self.query_one("#prompt", Input)
         prompt.disabled = False
         prompt.placeholder = "message the verifier (enter to send)"
-        prompt.focus()
+        if not self.query_one(SettingsPanel).is_open:
+            prompt.focus()
         self.settings = replace(self.settings, drafter=self.engine.drafter_name)
-        self._rebuild_settings(message.drafters)
+        self.query_one(SettingsPanel).show_settings(self.settings, message.drafters,
+                                                    self.engine.models()[0].file_name)
         self._status_idle()
 
-    @on(LoadFailed)
-    def load_failed(self, message: LoadFailed) -> None:
+    def _resume_models(self, drafters: list[str]) -> bool:
+        """For a resumed chat: switch to its drafter when it is here (True: a switch is under way, the next Loaded
+        comes back here), then say so when its models are not the ones this chat continues with."""
+        saved = self.resume
+        if saved is None:
+            return False
+        if saved.settings.drafter != self.engine.drafter_name and saved.settings.drafter in drafters:
+            self.switch_drafter(saved.settings.drafter)
+            return True
+        self.resume = None
+        for change in model_changes(saved, *self.engine.models()):
+            self.notify(change, title="resumed chat", severity="warning", timeout=10)
+        return False
+
+    @on(workers.LoadFailed)
+    def load_failed(self, message: workers.LoadFailed) -> None:
         if self._quitting:
             return
+        self.resume = None  # a resumed chat's drafter that fails to load is not tried again
         self._show_loading(False)
-        self.query_one("#status", Static).update(f"not ready: {message.reason}")
+        self.query_one(StatusLine).update(f"not ready: {message.reason}")
         self.notify(message.reason, title="model load failed", severity="error", timeout=10)
         # a failed drafter switch leaves the loaded verifier usable; a failed first load leaves nothing
         self.ready = hasattr(self.engine, "verifier")
@@ -207,17 +193,8 @@ class RelaxApp(App[None]):
         indicator.set_class(not shown, "-hidden")
         indicator.auto_refresh = 1 / 16 if shown else None
 
-    def _rebuild_settings(self, drafters: list[str]) -> None:
-        holder = self.query_one("#settings", Vertical)
-        holder.remove_children()
-        holder.mount(SettingsPanel(self.settings, drafters))
-
     def _status_idle(self) -> None:
-        s = self.settings
-        knob = "" if s.knob is None else f" {s.knob:g}"
-        self.query_one("#status", Static).update(
-            f"{s.rule}{knob} · N={s.draft_max} · T={s.temperature:g} · drafter {self.engine.drafter_name}"
-            f" · F2 settings")
+        self.query_one(StatusLine).idle(self.settings, self.engine.drafter_name)
 
     # -- sending and streaming -----------------------------------------------------------------------------------
     @on(Input.Submitted, "#prompt")
@@ -229,7 +206,7 @@ class RelaxApp(App[None]):
             self.notify("still generating: press escape to stop first", severity="warning")
             return
         event.input.value = ""
-        self.conversation.append(Message("user", text))
+        self.turns.append(Turn("user", text))
         transcript = self.query_one(Transcript)
         transcript.mount(UserMessage(text))
         self._current = AssistantMessage()
@@ -238,43 +215,25 @@ class RelaxApp(App[None]):
         self.generating = True
         self.generation += 1
         self._stop = threading.Event()
-        self._reply_worker = self.generate_reply(list(self.conversation), self.settings, self.generation,
-                                                 self._stop)
+        self._reply_settings, self._reply_start = self.settings, len(self.events)
+        self._reply_worker = self.run_worker(
+            partial(workers.generate_reply, self.engine, self.conversation, self.settings, self.generation,
+                    self._stop, self.post_message), thread=True, exit_on_error=False, group="generate")
 
-    @work(thread=True, exit_on_error=False, group="generate")
-    def generate_reply(self, conversation: list[Message], settings: ChatSettings, generation: int,
-                       stop: threading.Event) -> None:
-        """One reply. The engine's lock makes a reply started right after ctrl+n wait for the stopped one to
-        leave the models (within a round)."""
-        try:
-            with self.engine.lock:
-                if stop.is_set():
-                    return
-                self.post_message(self.GenerationStarted(generation, settings.draft_max if self.engine.drafter
-                                                         else 0))
-                for item in token_batches(self.engine.stream(conversation, settings, stop.is_set)):
-                    if isinstance(item, Finished):
-                        self.post_message(self.GenerationFinished(generation, item.text, item.metrics))
-                    else:
-                        self.post_message(self.TokensReceived(generation, item))
-        except UserError as exc:
-            self.post_message(self.GenerationFailed(generation, str(exc)))
-        except Exception as exc:
-            self.post_message(self.GenerationFailed(generation, f"generation failed: {exc}"))
-
-    def _live(self, message: GenerationStarted | TokensReceived | GenerationFinished | GenerationFailed) -> bool:
+    def _live(self, message: workers.GenerationStarted | workers.TokensReceived | workers.GenerationFinished
+              | workers.GenerationFailed) -> bool:
         """Accept messages of the current reply only, and nothing once the app is closing."""
         return not self._quitting and message.generation == self.generation
 
-    @on(GenerationStarted)
-    def generation_started(self, message: GenerationStarted) -> None:
+    @on(workers.GenerationStarted)
+    def generation_started(self, message: workers.GenerationStarted) -> None:
         if not self._live(message):
             return
         self.query_one(StatsPanel).reset(message.draft_max)
-        self.query_one("#status", Static).update("generating… (escape stops)")
+        self.query_one(StatusLine).update("generating… (escape stops)")
 
-    @on(TokensReceived)
-    def tokens_received(self, message: TokensReceived) -> None:
+    @on(workers.TokensReceived)
+    def tokens_received(self, message: workers.TokensReceived) -> None:
         if not self._live(message):
             return
         start = len(self.events)
@@ -286,37 +245,39 @@ class RelaxApp(App[None]):
         if transcript.max_scroll_y - transcript.scroll_y < 3:
             transcript.scroll_end(animate=False)
 
-    @on(GenerationFinished)
-    def generation_finished(self, message: GenerationFinished) -> None:
+    @on(workers.GenerationFinished)
+    def generation_finished(self, message: workers.GenerationFinished) -> None:
         if not self._live(message):
             return
         self.generating = False
         self.last_metrics = message.metrics
         self.query_one(StatsPanel).finish(message.metrics)
-        self.conversation.append(Message("assistant", message.text))
-        m = message.metrics
-        ending = {"eog": "done", "max_tokens": "hit max tokens", "context": "context full (truncated)",
-                  "stopped": "stopped"}[m.finish_reason]
-        self.query_one("#status", Static).update(
-            f"{ending}: {m.output_tokens} tokens, {m.tokens_per_s:.1f} tok/s, acceptance {m.acceptance_rate:.2f}")
-        if m.finish_reason == "context":
+        self.turns.append(Turn("assistant", message.text, tuple(self.events[self._reply_start:]), message.metrics,
+                               self._reply_settings))
+        self.query_one(StatusLine).finished(message.metrics)
+        if message.metrics.finish_reason == "context":
             self.notify("the context window is full; start a new chat (ctrl+n)", severity="warning")
 
-    @on(GenerationFailed)
-    def generation_failed(self, message: GenerationFailed) -> None:
+    @on(workers.GenerationFailed)
+    def generation_failed(self, message: workers.GenerationFailed) -> None:
         if not self._live(message):
             return
         self.generating = False
-        if self._current is not None and not (self._current.answer_view.tokens or
-                                               self._current.thinking_view.tokens):
+        events = tuple(self.events[self._reply_start:])
+        if events:  # what was shown stays part of the conversation (and of a save), without metrics
+            self.turns.append(Turn("assistant", "".join(e.text for e in events), events, None, self._reply_settings))
+        elif self._current is not None:
             self._current.remove()
-            self.conversation.pop()
+            self.turns.pop()
         self.notify(message.reason, title="generation failed", severity="error", timeout=8)
         self._status_idle()
 
     def action_stop(self) -> None:
+        """Escape: stop the reply; with none running, close the settings panel."""
         if self.generating:
             self._stop.set()
+        elif self.query_one(SettingsPanel).is_open:
+            self._close_settings()
 
     # -- inspector -----------------------------------------------------------------------------------------------
     @on(TokenView.Clicked)
@@ -340,6 +301,25 @@ class RelaxApp(App[None]):
         self.query_one(InspectorPanel).show(self.events[index] if index is not None else None)
 
     # -- settings ------------------------------------------------------------------------------------------------
+    def action_settings(self) -> None:
+        """F2: open the panel on its first field, or close it."""
+        panel = self.query_one(SettingsPanel)
+        if panel.is_open:
+            self._close_settings()
+        else:
+            panel.open()
+
+    def _close_settings(self) -> None:
+        """Close the panel and give the chat input the focus, so the next keys typed land there."""
+        self.query_one(SettingsPanel).close()
+        prompt = self.query_one("#prompt", Input)
+        if not prompt.disabled:
+            prompt.focus()
+
+    @on(SettingsPanel.Closed)
+    def settings_closed(self) -> None:
+        self._close_settings()
+
     @on(SettingsPanel.Invalid)
     def settings_invalid(self, message: SettingsPanel.Invalid) -> None:
         self.notify(message.reason, title="invalid settings", severity="error")
@@ -351,25 +331,22 @@ class RelaxApp(App[None]):
             return
         drafter_changed = message.settings.drafter != self.engine.drafter_name
         self.settings = message.settings
+        self._close_settings()
         if drafter_changed:
-            self.ready = False
-            self.query_one("#prompt", Input).disabled = True
-            self._show_loading(True)
             self.switch_drafter(message.settings.drafter)
         else:
             self._status_idle()
             self.notify("settings applied")
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="models")
     def switch_drafter(self, name: str) -> None:
-        try:
-            with self.engine.lock:
-                cost = self.engine.set_drafter(name, lambda text: self.post_message(self.Progress(text)))
-                drafters = self.engine.drafter_choices()
-        except Exception as exc:
-            self.post_message(self.LoadFailed(str(exc)))
-            return
-        self.post_message(self.Loaded(cost, drafters))
+        self._loading_models()
+        self.run_worker(partial(workers.switch_drafter, self.engine, name, self.post_message), thread=True,
+                        exclusive=True, exit_on_error=False, group="models")
+
+    def _loading_models(self) -> None:
+        self.ready = False
+        self.query_one("#prompt", Input).disabled = True
+        self._show_loading(True)
 
     # -- chat actions --------------------------------------------------------------------------------------------
     def action_new_chat(self) -> None:
@@ -378,7 +355,7 @@ class RelaxApp(App[None]):
         self.generation += 1
         self.generating = False
         self.last_metrics = None
-        self.conversation.clear()
+        self.turns.clear()
         self.events.clear()
         self.selected = None
         self._current = None
@@ -388,16 +365,20 @@ class RelaxApp(App[None]):
         self._status_idle()
 
     def action_save(self) -> None:
-        if not self.conversation:
+        if not self.turns:
             self.notify("nothing to save yet", severity="warning")
             return
         stem = self.save_dir / f"chat-{datetime.now():%Y%m%d-%H%M%S}"
+        verifier, drafter = self.engine.models()
+        chat = SavedChat(self.settings, verifier, drafter, tuple(self.turns),
+                         saved_at=datetime.now().isoformat(timespec="seconds"))
         try:
-            markdown, events = save_transcript(stem, self.conversation, self.events, self.settings)
+            markdown, saved = save_chat(stem, chat)
         except OSError as exc:
             self.notify(f"could not save: {exc.strerror}", severity="error")
             return
-        self.notify(f"saved {markdown} and {events}", title="transcript saved")
+        self.notify(f"saved {markdown} and {saved} (reopen: relaxtui chat --resume {saved})",
+                    title="chat saved")
 
     async def action_quit(self) -> None:
         """Stop the reply, wait for its worker to leave the models, then exit (the caller frees them)."""

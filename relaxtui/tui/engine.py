@@ -12,13 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import Drafter, ModelDrafter
-from relaxtui.decoding.events import Event
+from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.sampling import SamplingParams
@@ -57,6 +58,42 @@ class ChatSettings:
         return rule, config
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """One model of the chat as a saved chat records it: the name it was given, its file (if any), its kind."""
+
+    name: str
+    path: str | None = None
+    kind: str = "model"  # "model" (a GGUF or the fake pair's model), "ngram" (prompt lookup), "none"
+
+    @property
+    def file_name(self) -> str:
+        """The model file's name (what two chats compare), else the name it was given."""
+        return Path(self.path).name if self.path else self.name
+
+
+def token_batches(stream: Iterator[Event]) -> Iterator[tuple[TokenEvent, ...] | Finished]:
+    """Group a token stream by round for the UI: a batch is released as soon as its round is complete (all its
+    n_accepted + 1 tokens seen), so the UI gets at most one message per round and never waits on the next
+    round (which may be held up); Finished flushes whatever a stop or an end-of-generation cut short."""
+    pending: list[TokenEvent] = []
+    for event in stream:
+        if isinstance(event, Finished):
+            if pending:
+                yield tuple(pending)
+            yield event
+            return
+        if pending and event.round.index != pending[-1].round.index:
+            yield tuple(pending)  # a round whose tail was cut (cannot happen mid-stream, but never lose tokens)
+            pending = []
+        pending.append(event)
+        if len(pending) >= event.round.n_accepted + 1:
+            yield tuple(pending)
+            pending = []
+    if pending:
+        yield tuple(pending)
+
+
 CALIBRATED_MAX_DRAFT = 4  # calibrated at load up to this N; larger N continue the measured curves linearly
 
 
@@ -76,8 +113,17 @@ class ChatEngine:
     verifier: object
     drafter: Drafter | None
     drafter_name: str = NO_DRAFTER
+    verifier_name: str = "verifier"
     supports_thinking: bool = False
     lock: threading.Lock
+
+    def models(self) -> tuple[ModelInfo, ModelInfo]:
+        """(verifier, drafter) as loaded now: what a saved chat records and a resumed one compares against."""
+        verifier_path = getattr(getattr(self, "verifier", None), "path", None)
+        drafter_path = getattr(getattr(self.drafter, "model", None), "path", None)
+        kind = NO_DRAFTER if self.drafter is None else str(getattr(self.drafter, "kind", "model"))
+        return (ModelInfo(self.verifier_name, None if verifier_path is None else str(verifier_path)),
+                ModelInfo(self.drafter_name, None if drafter_path is None else str(drafter_path), kind))
 
     def load(self, progress: Callable[[str], None]) -> LoopCosts:
         raise NotImplementedError
@@ -120,6 +166,7 @@ class LlamaChatEngine(ChatEngine):
         self.pair = None
         self.drafter = None
         self.drafter_name = options.drafter or NO_DRAFTER
+        self.verifier_name = options.verifier
 
     def load(self, progress: Callable[[str], None]) -> LoopCosts:
         """Load the pair (once: an app started on an engine that is already loaded reuses its models)."""
@@ -223,6 +270,7 @@ class FakeChatEngine(ChatEngine):
         self._draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx)
         self.drafter = ModelDrafter(self._draft_model, vocab)
         self.drafter_name = "fake-drafter"
+        self.verifier_name = "fake-verifier"
         self.step_s = step_s
         self.lock = threading.Lock()
 

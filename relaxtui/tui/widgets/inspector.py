@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Label, Static
+from textual.widgets import Static
 
 from relaxtui.decoding.events import TokenEvent
 
@@ -48,10 +48,10 @@ def describe(event: TokenEvent, piece: Callable[[int], str]) -> str:
 class InspectorPanel(Vertical):
     def __init__(self, piece: Callable[[int], str], **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
+        self.border_title = "inspector · F4"
         self.piece = piece
 
     def compose(self) -> ComposeResult:
-        yield Label("inspector", classes="panel-title")
         yield Static("select a token: click it, or focus the transcript (tab) and use ← →", id="inspector-body")
 
     def show(self, event: TokenEvent | None) -> None:

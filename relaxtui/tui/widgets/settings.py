@@ -1,4 +1,9 @@
-"""The settings panel: rule, knob, draft length, sampling, thinking, drafter — validated on Apply."""
+"""The settings panel (F2): every setting of the next reply, each with its label beside it; validated on Apply.
+
+Keyboard: F2 opens it with the focus on the rule; tab walks the fields down to Apply, which stays visible
+below them (the fields scroll, the button row does not); enter in any field applies, escape closes. The panel
+posts Applied or Closed, and the app puts the focus back on the chat input.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,34 @@ from dataclasses import dataclass
 
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Input, Label, Select, Switch
+from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from relaxtui.errors import UserError
 from relaxtui.rules import PAPER_GRID, RULES
 from relaxtui.tui.engine import ChatSettings
+
+# (id, label, tooltip) of the number fields, in the order they are shown and tabbed through
+NUMBER_FIELDS = (
+    ("set-draft-max", "draft length N", "drafted tokens per round (0 = verifier alone)"),
+    ("set-temperature", "temperature", "sampling temperature of both models (0 = greedy)"),
+    ("set-top-k", "top-k", "keep the k likeliest tokens (0 = off)"),
+    ("set-top-p", "top-p", "nucleus mass to keep (1 = off)"),
+    ("set-seed", "seed", "seed of the drafting and acceptance draws"),
+    ("set-max-tokens", "max tokens", "longest reply, in tokens"),
+)
+
+
+def knob_name(rule: str) -> str | None:
+    return getattr(RULES.get(rule), "knob_name", None)
+
+
+def knob_label(rule: str) -> str:
+    """'knob (delta)' for cactus, 'knob' for a rule without one."""
+    name = knob_name(rule)
+    return f"knob ({name})" if name else "knob"
 
 
 def _number(text: str, name: str, kind: type = float) -> float | int | None:
@@ -25,7 +51,15 @@ def _number(text: str, name: str, kind: type = float) -> float | int | None:
         raise UserError(f"{name} must be a {'whole ' if kind is int else ''}number (got {text!r})") from None
 
 
+def _values(settings: ChatSettings) -> dict[str, str]:
+    return {"set-draft-max": str(settings.draft_max), "set-temperature": f"{settings.temperature:g}",
+            "set-top-k": str(settings.top_k), "set-top-p": f"{settings.top_p:g}", "set-seed": str(settings.seed),
+            "set-max-tokens": str(settings.max_tokens)}
+
+
 class SettingsPanel(Vertical):
+    BINDINGS = [Binding("escape", "close", "close settings")]
+
     @dataclass
     class Applied(Message):
         settings: ChatSettings
@@ -34,59 +68,117 @@ class SettingsPanel(Vertical):
     class Invalid(Message):
         reason: str
 
-    def __init__(self, settings: ChatSettings, drafters: list[str], **kwargs) -> None:  # type: ignore[no-untyped-def]
+    class Closed(Message):
+        """Escape: nothing applied."""
+
+    def __init__(self, settings: ChatSettings, drafters: list[str], verifier: str = "",
+                 **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
+        self.border_title = "settings · F2"
         self.settings = settings
         self.drafters = drafters
+        self.verifier = verifier
 
     def compose(self) -> ComposeResult:
         s = self.settings
-        yield Label("settings", classes="panel-title")
-        yield Label("rule")
-        yield Select([(name, name) for name in RULES], value=s.rule, allow_blank=False, id="set-rule")
-        yield Label("knob (α, δ, w, T, β, ε)")
-        yield Input("" if s.knob is None else f"{s.knob:g}", placeholder="none", id="set-knob")
-        with Horizontal(classes="pair"):
-            yield Input(str(s.draft_max), placeholder="N", id="set-draft-max", tooltip="draft length N")
-            yield Input(f"{s.temperature:g}", placeholder="T", id="set-temperature", tooltip="temperature")
-        with Horizontal(classes="pair"):
-            yield Input(str(s.top_k), placeholder="top-k", id="set-top-k", tooltip="top-k (0 = off)")
-            yield Input(f"{s.top_p:g}", placeholder="top-p", id="set-top-p", tooltip="top-p (1 = off)")
-        yield Label("drafter")
-        yield Select([(d, d) for d in self.drafters], value=s.drafter if s.drafter in self.drafters else
-                     self.drafters[0], allow_blank=False, id="set-drafter")
-        with Horizontal(classes="pair"):
-            yield Label("thinking")
-            yield Switch(value=s.thinking, id="set-thinking")
-        yield Button("Apply", id="set-apply", variant="primary")
+        values = _values(s)
+        with VerticalScroll(id="set-fields"):
+            with Horizontal(classes="row"):
+                yield Label("verifier", classes="label")
+                yield Label(self.verifier or "–", id="set-verifier", classes="value")
+            with Horizontal(classes="row"):
+                yield Label("rule", classes="label")
+                yield Select([(name, name) for name in RULES], value=s.rule, allow_blank=False, compact=True,
+                             id="set-rule", tooltip="acceptance rule")
+            with Horizontal(classes="row"):
+                yield Label(knob_label(s.rule), id="set-knob-label", classes="label")
+                yield Input("" if s.knob is None else f"{s.knob:g}", compact=True, id="set-knob",
+                            tooltip="the rule's knob; empty = its default")
+            for field_id, label, tooltip in NUMBER_FIELDS:
+                with Horizontal(classes="row"):
+                    yield Label(label, classes="label")
+                    yield Input(values[field_id], compact=True, id=field_id, tooltip=tooltip)
+            with Horizontal(classes="row"):
+                yield Label("drafter", classes="label")
+                yield Select([(d, d) for d in self.drafters], value=self._drafter_value(s), allow_blank=False,
+                             compact=True, id="set-drafter", tooltip="none = verifier alone; ngram = prompt lookup")
+            with Horizontal(classes="row"):
+                yield Label("thinking", classes="label")
+                yield Checkbox("", s.thinking, compact=True, id="set-thinking",
+                               tooltip="reasoning mode, for chat templates that have one")
+        with Horizontal(id="set-actions"):
+            yield Button("Apply", id="set-apply", variant="primary", compact=True)
+            yield Label("esc closes", classes="subtle", id="set-hint")
+
+    def on_mount(self) -> None:
+        self._show_knob(self.settings.rule, self.query_one("#set-knob", Input).value)
+
+    def _drafter_value(self, settings: ChatSettings) -> str:
+        return settings.drafter if settings.drafter in self.drafters else self.drafters[0]
+
+    def show_settings(self, settings: ChatSettings, drafters: list[str], verifier: str) -> None:
+        """Refill the form (after a model load: the drafter list and the current values)."""
+        self.settings, self.drafters, self.verifier = settings, drafters, verifier
+        self.query_one("#set-verifier", Label).update(verifier or "–")
+        self.query_one("#set-rule", Select).value = settings.rule
+        self._show_knob(settings.rule, "" if settings.knob is None else f"{settings.knob:g}")
+        for field_id, value in _values(settings).items():
+            self.query_one(f"#{field_id}", Input).value = value
+        drafter = self.query_one("#set-drafter", Select)
+        drafter.set_options([(d, d) for d in drafters])
+        drafter.value = self._drafter_value(settings)
+        self.query_one("#set-thinking", Checkbox).value = settings.thinking
+
+    @property
+    def is_open(self) -> bool:
+        return not self.has_class("-hidden")
+
+    def open(self) -> None:
+        """Show the panel with the focus on its first field (the app's .tcss decides where it goes)."""
+        self.remove_class("-hidden")
+        self.query_one("#set-rule", Select).focus()
+
+    def close(self) -> None:
+        self.add_class("-hidden")
 
     def read(self) -> ChatSettings:
-        """The form as ChatSettings; raises UserError with a clear message on bad input."""
-        draft_max = _number(self.query_one("#set-draft-max", Input).value, "draft length", int)
-        temperature = _number(self.query_one("#set-temperature", Input).value, "temperature")
-        top_k = _number(self.query_one("#set-top-k", Input).value, "top-k", int)
-        top_p = _number(self.query_one("#set-top-p", Input).value, "top-p")
+        """The form as ChatSettings; raises UserError with a clear message on bad input (empty = unchanged)."""
+        def number(field_id: str, name: str, kind: type, current: float | int) -> float | int:
+            value = _number(self.query_one(f"#{field_id}", Input).value, name, kind)
+            return current if value is None else kind(value)
+
+        s = self.settings
         settings = ChatSettings(
             rule=str(self.query_one("#set-rule", Select).value),
             knob=_number(self.query_one("#set-knob", Input).value, "knob"),  # type: ignore[arg-type]
-            draft_max=self.settings.draft_max if draft_max is None else int(draft_max),
-            temperature=self.settings.temperature if temperature is None else float(temperature),
-            top_k=self.settings.top_k if top_k is None else int(top_k),
-            top_p=self.settings.top_p if top_p is None else float(top_p),
-            thinking=self.query_one("#set-thinking", Switch).value,
+            draft_max=int(number("set-draft-max", "draft length", int, s.draft_max)),
+            temperature=float(number("set-temperature", "temperature", float, s.temperature)),
+            top_k=int(number("set-top-k", "top-k", int, s.top_k)),
+            top_p=float(number("set-top-p", "top-p", float, s.top_p)),
+            thinking=self.query_one("#set-thinking", Checkbox).value,
             drafter=str(self.query_one("#set-drafter", Select).value),
-            max_tokens=self.settings.max_tokens, seed=self.settings.seed,
+            max_tokens=int(number("set-max-tokens", "max tokens", int, s.max_tokens)),
+            seed=int(number("set-seed", "seed", int, s.seed)),
         )
         settings.validated()
         return settings
 
     @on(Select.Changed, "#set-rule")
     def suggest_knob(self, event: Select.Changed) -> None:
-        """Switching rule fills in that rule's first paper-grid knob (blank for rules without one)."""
-        if event.value == self.settings.rule:
-            return
-        knob = PAPER_GRID.get(str(event.value), (None,))[0]
-        self.query_one("#set-knob", Input).value = "" if knob is None else f"{knob:g}"
+        """Switching rule names its knob and fills in the rule's first paper-grid value (none: no knob to edit)."""
+        rule = str(event.value)
+        if rule != self.settings.rule:
+            knob = PAPER_GRID.get(rule, (None,))[0]
+            self._show_knob(rule, "" if knob is None else f"{knob:g}")
+        else:
+            self._show_knob(rule, self.query_one("#set-knob", Input).value)
+
+    def _show_knob(self, rule: str, value: str) -> None:
+        self.query_one("#set-knob-label", Label).update(knob_label(rule))
+        knob = self.query_one("#set-knob", Input)
+        knob.disabled = knob_name(rule) is None  # nothing to type: tab skips it
+        knob.placeholder = "– (no knob)" if knob.disabled else "default"
+        knob.value = "" if knob.disabled else value
 
     @on(Button.Pressed, "#set-apply")
     @on(Input.Submitted)
@@ -98,3 +190,6 @@ class SettingsPanel(Vertical):
             return
         self.settings = settings
         self.post_message(self.Applied(settings))
+
+    def action_close(self) -> None:
+        self.post_message(self.Closed())

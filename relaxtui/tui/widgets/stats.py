@@ -1,4 +1,17 @@
-"""Live statistics of the current generation: acceptance, lengths, per-position acceptance, speed."""
+"""Live statistics of the current reply: acceptance, lengths, per-position acceptance, speed and speed-ups.
+
+Two speed-ups, each named for what it is:
+
+- **wall-clock**: this reply's tokens/s over the verifier alone's, the latter timed on this machine when the
+  models loaded (``LoopCosts.ar_step_s``: a one-token verify block plus its emission).
+- **priced (this machine)**: this reply's own rounds priced by the cost model with the costs timed at load
+  (the "this-machine" profile), against the verifier alone writing as many tokens — what eval and bench call
+  the proxy speed-up. It is not disturbed by what else the machine does during the reply.
+
+The break-even mean accepted length at the reply's N comes from the same cost model, and is shown only when the
+reply is below it by that model (priced speed-up under 1, mean length under the break-even). A value not
+measured yet is "–", never a number that looks measured.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +22,6 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import Label
 
 from relaxtui.costmodel.auto import break_even_length, priced_speedup
 from relaxtui.costmodel.calibrate import LoopCosts
@@ -17,15 +29,40 @@ from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.events import Metrics, TokenEvent
 
 LEVELS = " ▁▂▃▄▅▆▇█"
+DASH = "–"  # not measured yet
+LABEL_WIDTH = 15
+STATS_LINES = 9  # the most lines() returns; the .tcss gives #stats-numbers this height
 
 
 def position_bars(acceptance: list[float]) -> str:
     """Per draft position P(accept at i | i reached), as one line of level blocks plus the values."""
     if not acceptance:
-        return "pos -"
+        return f"pos {DASH}"
     blocks = "".join(LEVELS[round(a * (len(LEVELS) - 1))] for a in acceptance)
     values = " ".join(f"{a:.2f}".lstrip("0") if a < 1 else "1" for a in acceptance)
     return f"pos {blocks} {values}"
+
+
+def below_break_even(cost: LoopCosts, counters: RoundCounters, priced: float) -> tuple[int, float] | None:
+    """(N, the mean accepted length N needs to match the verifier alone) when this reply is below it, else None.
+
+    Both sides come from the cost model: the priced speed-up of the reply's own rounds is below 1 *and* its mean
+    accepted length is below ``break_even_length(cost, N)`` (what `profiles show` and `generate` print for N). The
+    two agree except at the margin (a last verifier-only round, full-accept re-syncs); there nothing is claimed,
+    so the line never sits next to a mean length above the break-even, nor next to a priced speed-up over 1."""
+    n = max(counters.draft_lengths, default=0)
+    if n == 0 or priced >= 1.0:
+        return None
+    needed = break_even_length(cost, n)
+    return (n, needed) if counters.mean_accepted_length < needed else None
+
+
+def rate(tokens_per_s: float) -> str:
+    return f"{tokens_per_s:.1f} tok/s" if tokens_per_s < 1000 else f"{tokens_per_s:.0f} tok/s"
+
+
+def row(label: str, value: str) -> str:
+    return f"{label:<{LABEL_WIDTH}}{value}"
 
 
 class FixedLines(Widget):
@@ -43,6 +80,7 @@ class StatsPanel(Vertical):
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
+        self.border_title = "statistics · F3"
         self.counters = RoundCounters(0)
         self.tokens = 0
         self.cost: LoopCosts | None = None
@@ -51,7 +89,6 @@ class StatsPanel(Vertical):
         self.final_tokens_per_s: float | None = None
 
     def compose(self) -> ComposeResult:
-        yield Label("statistics", classes="panel-title")
         yield FixedLines(id="stats-numbers")
         yield FixedLines(id="stats-positions")
 
@@ -63,7 +100,7 @@ class StatsPanel(Vertical):
         self.tokens = 0
         self._last_round = -1
         self.draft_max = draft_max
-        self.final_tokens_per_s: float | None = None
+        self.final_tokens_per_s = None
         self.show()
 
     def observe_many(self, events: Sequence[TokenEvent]) -> None:
@@ -80,28 +117,41 @@ class StatsPanel(Vertical):
         self.final_tokens_per_s = metrics.tokens_per_s
         self.show()
 
+    def replay(self, events: Sequence[TokenEvent], metrics: Metrics) -> None:
+        """Show a finished reply again (a resumed chat's last one)."""
+        self.reset(max(metrics.draft_lengths, default=0))
+        self.observe_many(events)
+        self.finish(metrics)
+
     def set_cost(self, cost: LoopCosts) -> None:
         self.cost = cost
         self.show()
 
+    def tokens_per_s(self) -> float | None:
+        """This reply's tokens/s; None before its first round."""
+        if self.final_tokens_per_s is not None:
+            return self.final_tokens_per_s or None
+        return self.tokens / self.counters.round_s if self.counters.round_s > 0 and self.tokens else None
+
     def lines(self) -> list[str]:
-        c = self.counters
-        tps = self.final_tokens_per_s if self.final_tokens_per_s is not None else (
-            self.tokens / c.round_s if c.round_s > 0 else 0.0)
+        c, cost = self.counters, self.cost
+        tps = self.tokens_per_s()
+        measured = c.rounds > 0 and self.tokens > 0
         lines = [
-            f"accept {c.acceptance_rate:.2f} ({c.accepted}/{c.drafted})",
-            f"mean length {c.mean_accepted_length:.2f}  tokens {self.tokens}",
+            row("acceptance", f"{c.acceptance_rate:.2f} ({c.accepted}/{c.drafted})" if c.drafted else DASH),
+            row("mean length", f"{c.mean_accepted_length:.2f}" if measured else DASH),
+            row("speed", rate(tps) if tps else DASH),
+            row("verifier alone", rate(1.0 / cost.ar_step_s) if cost and cost.ar_step_s > 0 else DASH),
+            row("c_rel", f"{cost.c_rel:.2f}" if cost and cost.c_rel > 0 else DASH),
+            "speed-up vs verifier alone",
         ]
-        if self.cost is None:
-            return lines + [f"{tps:.1f} tok/s"]
-        cost = self.cost
-        measured = tps * cost.ar_step_s if tps else 0.0
-        priced = c.rounds and self.tokens
-        modelled = priced_speedup(cost, c.draft_lengths, c.full_rounds, self.tokens) if priced else 1.0
-        lines += [f"{tps:.1f} tok/s  c_rel {cost.c_rel:.2f}", f"speed-up {measured:.2f}x (model {modelled:.2f}x)"]
-        n = max(c.draft_lengths, default=0)
-        if n and c.rounds and (modelled < 1.0 or measured < 1.0):  # the chat drafts anyway: say what it costs
-            lines += ["slower than verifier alone:", f"N={n} needs mean length {break_even_length(cost, n):.2f}"]
+        wall_clock = f"{tps * cost.ar_step_s:.2f}x" if cost and tps else DASH
+        priced = priced_speedup(cost, c.draft_lengths, c.full_rounds, self.tokens) if cost and measured else None
+        lines += [f" {'wall-clock':<22}{wall_clock}",
+                  f" {'priced (this machine)':<22}{DASH if priced is None else f'{priced:.2f}x'}"]
+        below = below_break_even(cost, c, priced) if cost is not None and priced is not None else None
+        if below is not None:
+            lines.append(f" break-even at N={below[0]}: length {below[1]:.2f}")
         return lines
 
     def show(self) -> None:

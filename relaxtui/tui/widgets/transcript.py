@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.style import Style
 from rich.text import Text
@@ -20,6 +21,9 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static
 
 from relaxtui.decoding.events import TokenEvent
+
+if TYPE_CHECKING:
+    from relaxtui.tui.save import Turn
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -206,6 +210,20 @@ class Transcript(VerticalScroll, can_focus=True):
 
     def action_move(self, delta: int) -> None:
         self.post_message(self.CursorMoved(delta))
+
+    async def restore(self, turns: Sequence[Turn]) -> None:
+        """Show a saved conversation as it was: user messages, and replies token by token in their verdict
+        colours (their tokens numbered from 0 across the conversation, as live replies are)."""
+        start = 0
+        for turn in turns:
+            if turn.role == "user":
+                await self.mount(UserMessage(turn.content))
+                continue
+            reply = AssistantMessage()
+            await self.mount(reply)
+            reply.add_many(start, turn.events)
+            start += len(turn.events)
+        self.scroll_end(animate=False)
 
     def action_move_to(self, index: int) -> None:
         self.post_message(self.CursorMoved(None, index))

@@ -1,0 +1,111 @@
+"""The chat app's blocking work — loading models, switching the drafter, generating a reply — and the messages
+it posts. These functions run in the app's thread workers: they never touch a widget, they only ``post``
+messages (``post_message`` is thread-safe).
+
+A model load ends in Loaded or LoadFailed (with Progress lines on the way); a reply is a Started / Tokens… /
+Finished-or-Failed sequence tagged with its generation number, so the app can drop the messages of a reply
+it no longer shows (stopped by ctrl+n, or arriving after quit).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from relaxtui.costmodel.calibrate import LoopCosts
+from relaxtui.decoding.events import Finished, Metrics, TokenEvent
+from relaxtui.engine.text import Message as ChatMessage
+from relaxtui.errors import UserError
+from relaxtui.tui.engine import ChatEngine, ChatSettings, token_batches
+
+Post = Callable[[Message], object]
+
+
+@dataclass
+class Loaded(Message):
+    cost: LoopCosts
+    drafters: list[str]  # found in the worker: listing reads every GGUF header, too slow for the UI thread
+
+
+@dataclass
+class LoadFailed(Message):
+    reason: str
+
+
+@dataclass
+class Progress(Message):
+    text: str
+
+
+@dataclass
+class GenerationStarted(Message):
+    generation: int
+    draft_max: int
+
+
+@dataclass
+class TokensReceived(Message):
+    generation: int
+    events: tuple[TokenEvent, ...]
+
+
+@dataclass
+class GenerationFinished(Message):
+    generation: int
+    text: str
+    metrics: Metrics
+
+
+@dataclass
+class GenerationFailed(Message):
+    generation: int
+    reason: str
+
+
+def load_models(engine: ChatEngine, post: Post) -> None:
+    """Load the pair and time this machine, then list the drafters that fit the verifier."""
+    try:
+        with engine.lock:
+            cost = engine.load(lambda text: post(Progress(text)))
+            drafters = engine.drafter_choices()
+    except UserError as exc:
+        post(LoadFailed(str(exc)))
+        return
+    except Exception as exc:  # a model that llama.cpp rejects must not kill the app
+        post(LoadFailed(f"model load failed: {exc}"))
+        return
+    post(Loaded(cost, drafters))
+
+
+def switch_drafter(engine: ChatEngine, name: str, post: Post) -> None:
+    try:
+        with engine.lock:
+            cost = engine.set_drafter(name, lambda text: post(Progress(text)))
+            drafters = engine.drafter_choices()
+    except Exception as exc:
+        post(LoadFailed(str(exc)))
+        return
+    post(Loaded(cost, drafters))
+
+
+def generate_reply(engine: ChatEngine, conversation: Sequence[ChatMessage], settings: ChatSettings,
+                   generation: int, stop: threading.Event, post: Post) -> None:
+    """One reply. The engine's lock makes a reply started right after ctrl+n wait for the stopped one to leave
+    the models (within a round)."""
+    try:
+        with engine.lock:
+            if stop.is_set():
+                return
+            post(GenerationStarted(generation, settings.draft_max if engine.drafter else 0))
+            for item in token_batches(engine.stream(conversation, settings, stop.is_set)):
+                if isinstance(item, Finished):
+                    post(GenerationFinished(generation, item.text, item.metrics))
+                else:
+                    post(TokensReceived(generation, item))
+    except UserError as exc:
+        post(GenerationFailed(generation, str(exc)))
+    except Exception as exc:
+        post(GenerationFailed(generation, f"generation failed: {exc}"))
