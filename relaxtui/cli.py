@@ -20,7 +20,25 @@ MAX_TIMED_VOCAB = 1 << 21  # `rules bench --vocab`: twice the largest vocabulari
 _ARGUMENT_PREFIX = re.compile(r"argument (?P<names>[^:]+): (?P<rest>.*)", re.DOTALL)
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already says it or there is none to show
+    (off switches, "not given" None, empty lists)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default is argparse.SUPPRESS or default is None or default is False
+                or default == [] or not action.option_strings):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, not usage + line
         """Raise the parse error as a UserError; a type's message that already starts with the option's name
         (``--top-p must be in (0, 1]``) is shown without argparse's "argument --top-p:" in front of it."""
@@ -41,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = _Parser(prog="relaxtui", description="Training-free relaxed speculative decoding on llama.cpp.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"relaxtui {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     gen = sub.add_parser("generate", help="stream one completion, tokens coloured by verdict")
     gen.add_argument("prompt", type=utf8_text, help="the user message (rendered with the verifier's chat template)")
@@ -110,6 +129,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_report_parser() -> argparse.ArgumentParser:
+    """`relaxtui eval report DIR`: its own parser, so `eval report --help` shows only what the report takes."""
+    from relaxtui.commands import eval as eval_command
+    from relaxtui.commands.common import utf8_text
+
+    parser = _Parser(prog="relaxtui eval report",
+                     description="Rebuild the table, CSV, Markdown and PNG of a run folder from its records.")
+    parser.add_argument("directory", type=utf8_text, help="the run folder (what `eval TASK --out` wrote)")
+    eval_command.add_report_options(parser)
+    return parser
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("relaxtui")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line as a namespace; `eval report` has a parser of its own."""
+    if list(argv[:2]) == ["eval", "report"]:
+        args = build_report_parser().parse_args(argv[2:])
+        args.command, args.task = "eval", "report"
+        return args
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        commands = ", ".join(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+        raise UserError(f"a command is needed: {commands} (relaxtui --help, relaxtui COMMAND --help)")
+    return args
+
+
 def _one_line(exc: Exception) -> str:
     """The message as one line of plain text: it may quote outside input (a file name, a header field), whose
     newlines, terminal escapes and undecodable bytes must not reach the terminal as such."""
@@ -121,7 +176,7 @@ def _one_line(exc: Exception) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     keep_large_allocations_on_heap()
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(sys.argv[1:] if argv is None else argv)
         command = importlib.import_module(f"relaxtui.commands.{args.command}")
         return int(command.run(args))
     except UserError as exc:

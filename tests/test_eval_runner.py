@@ -157,7 +157,7 @@ def test_folder_of_another_run_is_refused_before_loading_models(capsys, tmp_path
     (["eval", "aime", "--rule", "mentored", "--alpha", "2"], "out of range for 'mentored'"),
     (["eval", "aime", "--limit", "0"], "--limit must be >= 1"),
     (["eval", "aime", "--draft-max", "0"], "--draft-max must be in 1..64 (got 0)"),
-    (["eval", "report"], "usage: relaxtui eval report DIR"),
+    (["eval", "report"], "relaxtui eval report: the following arguments are required: directory"),
 ])
 def test_bad_eval_options(capsys, argv, message):
     fails(capsys, argv, message)

@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="repeats of each step timing")
     parser.add_argument("--passes", type=int_option("--passes", 1, MAX_REPEATS), default=2,
                         help="interleaved passes over all configs")
-    parser.add_argument("--profile", type=utf8_text, action="append", default=[], metavar="NAME|FILE",
-                        help="also price each N with this cost profile (repeatable; `relaxtui profiles list`)")
+    parser.add_argument("--profile", type=utf8_text, nargs="+", action="extend", default=[], metavar="NAME|FILE",
+                        help="also price each N with these cost profiles (`relaxtui profiles list`)")
     parser.add_argument("--save-profile", type=utf8_path, default=None, metavar="FILE",
                         help="write this machine's cost profile (JSON) for `--profile` elsewhere")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

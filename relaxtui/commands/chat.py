@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from relaxtui.commands.common import finite_float, int_option, model_options, utf8_path, utf8_text
 from relaxtui.decoding.loop import MAX_DRAFT
+from relaxtui.rules import split_spec
 from relaxtui.session import ModelOptions
 from relaxtui.tui.engine import NGRAM, NO_DRAFTER, ChatSettings
 
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     saved = load_chat(args.resume) if args.resume else None  # a bad file: one line, exit 2, no screen
     options = model_options(args)
     drafter = NGRAM if options.draft_kind == "ngram" else (options.drafter or NO_DRAFTER)
-    settings = ChatSettings(rule=args.rule, knob=args.alpha, draft_max=args.draft_max,
+    rule, knob = split_spec(args.rule, args.alpha)  # NAME:KNOB as in the eval grid
+    settings = ChatSettings(rule=rule, knob=knob, draft_max=args.draft_max,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             thinking=args.thinking == "on", drafter=drafter, max_tokens=args.max_tokens,
                             seed=args.seed)

@@ -17,7 +17,7 @@ from relaxtui.costmodel.calibrate import calibrate, typical_context
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.rules import Rule, make
+from relaxtui.rules import Rule, make, split_spec
 from relaxtui.session import LoadedPair, load_pair, prompt_tokens
 
 AUTO_MAX_DRAFT = 6  # --draft-max auto considers N = 0..this
@@ -25,7 +25,7 @@ PROBE_TOKENS = 48  # tokens of the acceptance estimate
 
 
 def run(args: argparse.Namespace) -> int:
-    rule = make(args.rule, args.alpha, temperature=args.temperature or 1.0)
+    rule = make(*split_spec(args.rule, args.alpha), temperature=args.temperature or 1.0)
     auto = args.draft_max == "auto"
     config = generation_config(args, draft_max=AUTO_MAX_DRAFT if auto else None)  # validates the other options
     options = model_options(args, speculative=not args.no_spec)

@@ -23,7 +23,7 @@ from relaxtui.evals.degeneracy import is_degenerate
 from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.results import GridPoint, ResultsStore
 from relaxtui.evals.tasks.base import Sample, Task
-from relaxtui.rules import PAPER_GRID, RULES, Rule, make
+from relaxtui.rules import PAPER_GRID, RULES, Rule, make, split_spec
 
 
 @dataclass(frozen=True)
@@ -59,23 +59,14 @@ class EvalPlan:
 
     @staticmethod
     def _name(spec: str) -> str:
-        return spec.partition(":")[0]
+        return split_spec(spec)[0]
 
     def _knobs(self, spec: str) -> tuple[float | None, ...]:
         """``rule:knob`` pins the knob; a bare rule takes --alpha, or else its paper grid."""
-        name, pinned, knob = spec.partition(":")
-        if RULES[name].knob_name is None:
-            return (None,) if not pinned else (self._float(knob, spec),)
-        if pinned:
-            return (self._float(knob, spec),)
+        name, knob = split_spec(spec)
+        if knob is not None or RULES[name].knob_name is None:
+            return (knob,)
         return self.alphas or PAPER_GRID[name]
-
-    @staticmethod
-    def _float(text: str, spec: str) -> float:
-        try:
-            return float(text)
-        except ValueError:
-            raise UserError(f"--rule {spec!r}: the knob after ':' must be a number") from None
 
     def points(self) -> list[GridPoint]:
         points = [GridPoint(None, None, 0)] if self.no_spec else []

@@ -9,6 +9,8 @@ targets. Each rule is a small pure-numpy module; the loop only calls ``Rule.deci
 
 from __future__ import annotations
 
+import math
+
 from relaxtui.errors import UserError
 from relaxtui.rules.base import Decision, Rule, acceptance_probability, residual
 from relaxtui.rules.cactus import Cactus
@@ -38,6 +40,23 @@ PAPER_GRID: dict[str, tuple[float | None, ...]] = {
 }
 
 
+def split_spec(spec: str, knob: float | None = None) -> tuple[str, float | None]:
+    """``NAME`` or ``NAME:KNOB`` (how the eval grid pins a knob, accepted wherever a rule is named) into the rule
+    name and its knob; a knob pinned in the spec and one given apart (``--alpha``) must agree."""
+    name, pinned, text = spec.partition(":")
+    if not pinned:
+        return name, knob
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"--rule {spec!r}: the knob after ':' must be a number") from None
+    if math.isnan(value) or value == math.inf:
+        raise UserError(f"--rule {spec!r}: the knob after ':' must be a number, not {text}")
+    if knob is not None and knob != value:
+        raise UserError(f"--rule {spec!r} and --alpha {knob:g} disagree; give the knob once")
+    return name, value
+
+
 def make(name: str, knob: float | None = None, *, temperature: float = 1.0) -> Rule:
     """Build a rule by its CLI name; the knob is validated (range and orientation in the message).
 
@@ -49,4 +68,4 @@ def make(name: str, knob: float | None = None, *, temperature: float = 1.0) -> R
     return cls(knob, temperature=temperature)
 
 
-__all__ = ["PAPER_GRID", "RULES", "Decision", "Rule", "acceptance_probability", "make", "residual"]
+__all__ = ["PAPER_GRID", "RULES", "Decision", "Rule", "acceptance_probability", "make", "residual", "split_spec"]
