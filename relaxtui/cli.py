@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="reasoning mode, for chat templates that have one (default: the template's own)")
     gen.add_argument("--system", type=utf8_text, default=None, help="system message")
     gen.add_argument("--json", action="store_true", help="print events and metrics as JSON lines")
+    gen.add_argument("--quiet", "-q", action="store_true",
+                     help="only the completion: no legend, stats or verdict lines on stderr")
     gen.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                      help="colour tokens by verdict (auto: when writing to a terminal)")
     gen.add_argument("--measure-c-rel", action="store_true", help="time one step of each model first")

@@ -11,10 +11,11 @@ from relaxtui.decoding.events import Finished, Metrics, TokenEvent, Verdict
 VERDICT_STYLE = {
     Verdict.ACCEPTED: "\x1b[32m",  # green: the drafter's token was kept
     Verdict.RESAMPLED: "\x1b[31m",  # red: a draft was rejected, this came from the residual
-    Verdict.BONUS: "\x1b[36m",  # cyan: the free token after a fully accepted draft
+    Verdict.BONUS: "\x1b[38;5;214m",  # amber (as in the TUI): the free token after a fully accepted draft
     Verdict.VERIFIER: "",
 }
 RESET = "\x1b[0m"
+NOT_MEASURED = "–"
 
 
 def colour_token(event: TokenEvent, colour: bool) -> str:
@@ -28,22 +29,28 @@ def legend(colour: bool) -> str:
 
 
 def stats_block(metrics: Metrics, *, c_rel: float | None = None, peak_rss_mb: float | None = None) -> str:
-    positions = " ".join(f"{a:.2f}" for a in metrics.per_position_acceptance) or "-"
+    """The stats after a completion; what was not measured (no drafts, a prompt reused from the cache) is "–"
+    or said in words, never a zero that reads as a measurement."""
+    drafted = metrics.drafted > 0
+    positions = " ".join(f"{a:.2f}" for a in metrics.per_position_acceptance) if drafted else NOT_MEASURED
+    prefill = (f"{metrics.prompt_tokens} tokens, all reused from the cache" if metrics.prefill_decoded == 0 else
+               f"{metrics.prompt_tokens} tokens in {metrics.prefill_s:.2f} s")
     lines = [
         f"output tokens      {metrics.output_tokens} ({metrics.finish_reason}"
         f"{', truncated' if metrics.truncated else ''})",
-        f"prefill            {metrics.prompt_tokens} tokens in {metrics.prefill_s:.2f} s",
+        f"prefill            {prefill}",
         f"decode             {metrics.decode_s:.2f} s, {metrics.tokens_per_s:.2f} tokens/s",
         f"rounds             {metrics.rounds}",
-        f"drafted/accepted   {metrics.drafted}/{metrics.accepted}",
-        f"acceptance rate    {metrics.acceptance_rate:.3f}",
-        f"mean accepted len  {metrics.mean_accepted_length:.3f}",
+        f"drafted/accepted   {metrics.drafted}/{metrics.accepted}" if drafted else
+        f"drafted/accepted   {NOT_MEASURED} (verifier alone)",
+        f"acceptance rate    {metrics.acceptance_rate:.3f}" if drafted else f"acceptance rate    {NOT_MEASURED}",
+        f"mean accepted len  {metrics.mean_accepted_length:.3f}" if drafted else f"mean accepted len  {NOT_MEASURED}",
         f"per-position acc.  {positions}",
         f"time draft/verify  {metrics.draft_s:.2f} s / {metrics.verify_s:.2f} s",
         f"python share       {metrics.python_share:.1%}",
     ]
     if c_rel is not None:
-        lines.append(f"c_rel (measured)   {c_rel:.3f}")
+        lines.append(f"c_rel (this machine) {c_rel:.3f}")
     if peak_rss_mb is not None:
         lines.append(f"peak RSS           {peak_rss_mb:.0f} MiB")
     return "\n".join(lines)

@@ -146,3 +146,30 @@ def test_bench_takes_draft_max_like_every_other_command():
     from relaxtui.cli import build_parser
 
     assert build_parser().parse_args(["bench", "--draft-max", "2"]).n_max == 2
+
+
+@pytest.mark.model
+def test_generate_prints_only_the_completion_on_stdout(capsys, test_model_path):
+    argv = ["generate", "Count to five.", "--verifier", str(test_model_path), "--drafter", str(test_model_path),
+            "--max-tokens", "12", "--temperature", "0", "--ctx-size", "256", "--color", "never"]
+    assert main([*argv, "--json"]) == 0
+    text = json.loads(capsys.readouterr().out.splitlines()[-1])["text"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out == text + "\n"  # `> file` captures the completion and nothing else
+    assert "legend: accepted" in captured.err and "acceptance rate" in captured.err
+    assert main([*argv, "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == text + "\n" and captured.err == ""
+
+
+def test_stats_block_shows_placeholders_not_zeros():
+    from relaxtui.console import stats_block
+    from relaxtui.decoding.events import Metrics
+
+    alone = Metrics(prompt_tokens=37, output_tokens=5, rounds=5, drafted=0, accepted=0, per_position_reached=(),
+                    per_position_accepted=(), prefill_s=0.0, decode_s=0.5, draft_s=0.0, verify_s=0.5, llama_s=0.4,
+                    truncated=False, finish_reason="eog", prefill_decoded=0)
+    block = stats_block(alone)
+    assert "acceptance rate    –" in block and "0.000" not in block
+    assert "37 tokens, all reused from the cache" in block and "in 0.00 s" not in block

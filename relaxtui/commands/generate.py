@@ -62,13 +62,17 @@ def run(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGINT, previous_handler)
         if finished is not None and not args.json:
-            out.write("\n\n" + console.legend(colour) + "\n")
-            out.write(console.stats_block(finished.metrics, c_rel=c_rel, peak_rss_mb=peak_rss_mb()) + "\n")
+            out.write("\n")  # the completion alone on stdout; the legend and stats go to stderr
+            out.flush()
+            if not args.quiet:
+                stderr_colour = args.color == "always" or (args.color == "auto" and sys.stderr.isatty())
+                print("\n" + console.legend(stderr_colour), file=sys.stderr)
+                print(console.stats_block(finished.metrics, c_rel=c_rel, peak_rss_mb=peak_rss_mb()), file=sys.stderr)
         if args.json and c_rel is not None:
             out.write(json.dumps({"type": "cost", "c_rel": c_rel, "peak_rss_mb": peak_rss_mb()}) + "\n")
         # the verdict line costs a few seconds of timing: for people reading a finished reply, not for scripts
         stopped = finished is None or finished.metrics.finish_reason == "stopped"
-        if not (args.json or stopped or auto) and config.draft_max > 0 and pair.drafter is not None:
+        if not (args.json or args.quiet or stopped or auto) and config.draft_max > 0 and pair.drafter is not None:
             line = predicted_slower(pair, tokens, config, finished.metrics)
             if line is not None:
                 print(line, file=sys.stderr)
