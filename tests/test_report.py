@@ -218,3 +218,13 @@ def test_degenerate_intervals_render_n_a_and_small_or_truncated_samples_warn():
     spread = [record("c0", None, 0, f"p{i}", 0, i % 2 == 0) for i in range(8)]
     spread += [record("c1", "strict", 3, f"p{i}", 0, i % 3 == 0, tps=9.0 + i) for i in range(8)]
     assert "n/a" not in render_table(summarise(spread))
+
+
+def test_this_machine_names_the_run_folders_own_profile(capsys, run_folder):
+    profile = CostProfile("measured", "cpu", "v.gguf", "d.gguf", 10.0, 3.0, {1: 10.0, 4: 14.0})
+    (run_folder / "measured-profile.json").write_text(profile.to_json())
+    assert main(["eval", "report", str(run_folder), "--profile", "this-machine", "paper-gb200", "--json"]) == 0
+    line = json.loads(capsys.readouterr().out.splitlines()[1])
+    assert set(line["priced_speedup"]) == {"this-machine", "paper-gb200"}
+    assert main(["profiles", "show", "this-machine"]) == 2  # no folder to take it from: say where it lives
+    assert "measured-profile.json" in capsys.readouterr().err

@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unexpected argument {args.directory!r} (only `eval report DIR` takes a folder)")
     task = get(args.task)
     max_tokens = args.max_tokens or task.max_tokens  # numbers are range-checked as they are parsed
-    for profile in profiles_for_report(args.profile, None):  # bad or too short profiles fail before models load
+    named = [spec for spec in args.profile if spec != THIS_MACHINE]  # this-machine is measured at the start
+    for profile in profiles_for_report(named, None):  # bad or too short profiles fail before models load
         profile.round_cost_ms(max(args.draft_max))
     if args.ray_actors is not None and args.ray is None:
         raise UserError(f"--ray-actors goes with --ray (got --ray-actors {args.ray_actors} alone)")
@@ -257,14 +258,13 @@ def run_environment(task: Task) -> dict[str, object] | None:
 
 
 def profiles_for_report(specs: list[str], directory: Path | None) -> list[CostProfile]:
-    """The profiles named, else the one measured when the run started (if the folder has it), named
-    this-machine (folders from before the name called it "measured")."""
-    if specs:
-        return [load_profile(spec) for spec in specs]
+    """The profiles named (``this-machine``: the run folder's own), else the folder's own if it has one. The
+    folder's profile is named this-machine whatever its file says (folders from before called it "measured")."""
     measured = directory / MEASURED_PROFILE if directory is not None else None
-    if measured is None or not measured.exists():
-        return []
-    return [replace(load_profile(str(measured)), name=THIS_MACHINE)]
+    own = [replace(load_profile(str(measured)), name=THIS_MACHINE)] if measured and measured.exists() else []
+    if not specs:
+        return own
+    return [own[0] if spec == THIS_MACHINE and own else load_profile(spec) for spec in specs]
 
 
 def report_run(directory: str | Path | None, profile_specs: list[str], *, as_json: bool = False,

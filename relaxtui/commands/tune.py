@@ -29,7 +29,7 @@ from relaxtui.commands.eval import (
     run_environment,
     save_measured_profile,
 )
-from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
+from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, proxy_speedup
 from relaxtui.decoding.loop import MAX_DRAFT
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import RunIdentity, fingerprints
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
     knobs = {rule: tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2] for rule in args.rule}
     for rule, rule_knobs in knobs.items():
         EvalPlan(rules=(rule,), alphas=rule_knobs, draft_max=(longest,), no_spec=False, sampling=params)
-    profiles = profiles_for_report(args.profile, None)  # bad profiles fail before any model loads
-    for profile in profiles:
+    named = [spec for spec in args.profile if spec != THIS_MACHINE]  # this-machine is measured at the start
+    for profile in profiles_for_report(named, None):  # bad or too short profiles fail before any model loads
         profile.round_cost_ms(longest)
     every_sample = task.load(args.data)
     samples = every_sample[: args.limit]
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
                     print(line, file=sys.stderr)
             save_measured_profile(store, pair, replace(strict, draft_max=(longest,)), tokenize(samples[0]))
             # each drafter is priced by its own measured costs (an n-gram drafter costs nothing a model does)
-            drafter_profiles = profiles if args.profile else profiles_for_report([], store.directory)
+            drafter_profiles = profiles_for_report(args.profile, store.directory)
             run_eval(task, samples, replace(strict, no_spec=position == 0), drafter_run.identity, store,
                      pair.verifier, pair.drafter, tokenize, on_sample=progress.update,
                      should_stop=stop_requested.is_set)

@@ -30,6 +30,7 @@ from pathlib import Path
 from relaxtui.errors import UserError
 
 PRICING_MODES = ("measured", "optimistic")
+THIS_MACHINE = "this-machine"  # the name of the profile a run measures where its models run
 MEMORY_BOUND_C_REL = 0.1  # default drafter/verifier cost ratio of the `memory-bound` profile
 MAX_PROFILE_BYTES = 1 << 20  # a profile is a few hundred bytes; anything past 1 MiB is not one
 MAX_BLOCK = 4096  # largest verify block size k a profile may price
@@ -317,6 +318,10 @@ def load_profile(spec: str) -> CostProfile:
         return memory_bound(c_rel)
     if spec in SHIPPED:
         return SHIPPED[spec]
+    if spec == THIS_MACHINE and not Path(spec).exists():
+        raise UserError(f"{THIS_MACHINE} is the profile each eval run measures where its models run, saved in its "
+                        "folder: `relaxtui profiles show results/TASK/measured-profile.json`, or in `eval report "
+                        f"DIR --profile {THIS_MACHINE}` (bench --save-profile FILE writes one too)")
     path = Path(spec)
     try:
         exists = path.exists()

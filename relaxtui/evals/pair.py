@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from relaxtui.costmodel.profiles import THIS_MACHINE
 from relaxtui.evals.tasks.base import Sample
 
-THIS_MACHINE = "this-machine"  # the name of the cost profile a run measures where its models run
+__all__ = ["THIS_MACHINE", "measure_profile", "sample_tokenizer"]
 
 if TYPE_CHECKING:
     from relaxtui.engine.llama import LlamaModel
