@@ -6,7 +6,8 @@ It speaks the endpoints those clients use: HEAD/GET ``/{repo}/resolve/{rev}/{fil
 ``ETag``, ``X-Linked-Size``, ``Range``), ``/api/{models|datasets}/{repo}[/revision/{rev}]`` (``?blobs=true``
 adds sizes and LFS sha256), ``/api/.../tree/{rev}[/{path}]`` and ``POST /api/.../paths-info/{rev}``, with the
 hub's ``X-Error-Code`` errors (RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo). It never sends xet
-headers, so the client downloads over plain HTTP.
+headers, so the client downloads over plain HTTP. A repo can also be told to answer its model-info or a file's
+requests with any status, headers and body (:class:`Answer`), so tests can play a hostile or broken hub.
 
 Run it by hand for a demo: ``python -m tests.fake_hub [--smollm2 PATH]`` prints the ``HF_ENDPOINT`` to use.
 """
@@ -19,6 +20,7 @@ import io
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +36,16 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _COMMIT_DATE = "2025-01-01T00:00:00.000Z"
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A canned reply in place of the fake's own: any status (200-599), headers and body; the connection closes
+    after it, so a reply that breaks HTTP's rules cannot confuse the next request on the same connection."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class FakeRepo:
     """One repository: files (bytes or a path on disk), plus knobs for the failure modes tests need."""
@@ -44,6 +56,9 @@ class FakeRepo:
     sha: str = "0123456789abcdef0123456789abcdef01234567"
     wrong_sha256: set[str] = field(default_factory=set)  # advertise a sha256 that the content does not have
     drop_first_get: dict[str, int] = field(default_factory=dict)  # file -> bytes sent before the line drops
+    info_answer: Answer | None = None  # replaces the /api/models/REPO[/revision/REV] reply
+    file_answers: dict[str, Answer] = field(default_factory=dict)  # file -> replaces its HEAD/GET replies
+    file_headers: dict[str, dict[str, str | None]] = field(default_factory=dict)  # file -> headers set (None: dropped)
 
     def size(self, name: str) -> int:
         content = self.files[name]
@@ -62,6 +77,13 @@ class Request:
     authorized: bool
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up mid-answer (as one that refuses a header does) is no error of the server's."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class FakeHub:
     """The server, its repositories and a log of the requests it answered."""
 
@@ -70,7 +92,7 @@ class FakeHub:
         self.repos: dict[tuple[str, str], FakeRepo] = {}
         self.requests: list[Request] = []
         self._hashes: dict[tuple[int, str], tuple[str, str]] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _Server(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -145,6 +167,18 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _canned(self, answer: Answer) -> None:
+            self.close_connection = True
+            self.send_response(answer.status)
+            for key, value in answer.headers.items():
+                if key.lower() not in ("content-length", "connection"):
+                    self.send_header(key, value)
+            self.send_header("Connection", "close")
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(answer.body)
+
         def _error(self, status: int, code: str, message: str, extra: dict[str, str] | None = None) -> None:
             headers = {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"}
             self._reply(status, json.dumps({"error": message}).encode(), {**headers, **(extra or {})})
@@ -198,7 +232,9 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(repo_type, repo_id, revision)
             if repo is None:
                 return
-            if not rest or rest[0] == "revision":
+            if (not rest or rest[0] == "revision") and repo.info_answer is not None:
+                self._canned(repo.info_answer)
+            elif not rest or rest[0] == "revision":
                 siblings = []
                 for name in sorted(repo.files):
                     sibling: dict[str, object] = {"rfilename": name}
@@ -244,22 +280,27 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(repo_type, repo_id, revision)
             if repo is None:
                 return
+            if name in repo.file_answers:
+                self._canned(repo.file_answers[name])
+                return
             if name not in repo.files:
                 self._error(404, "EntryNotFound", f"{name} does not exist", {"X-Repo-Commit": repo.sha})
                 return
             size = repo.size(name)
             sha256 = hub.advertised_sha256(repo, name)
-            headers = {"X-Repo-Commit": repo.sha, "ETag": f'"{sha256}"', "X-Linked-Etag": f'"{sha256}"',
-                       "X-Linked-Size": str(size), "Accept-Ranges": "bytes",
-                       "Content-Type": "application/octet-stream"}
+            headers: dict[str, str | None] = {
+                "X-Repo-Commit": repo.sha, "ETag": f'"{sha256}"', "X-Linked-Etag": f'"{sha256}"',
+                "X-Linked-Size": str(size), "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
             start, status = 0, 200
             match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
             if match and self.command == "GET":
                 start, status = int(match.group(1)), 206
                 headers["Content-Range"] = f"bytes {start}-{size - 1}/{size}"
+            headers.update(repo.file_headers.get(name, {}))
             self.send_response(status)
             for key, value in headers.items():
-                self.send_header(key, value)
+                if value is not None:
+                    self.send_header(key, value)
             self.send_header("Content-Length", str(size - start))
             self.end_headers()
             if self.command == "HEAD":

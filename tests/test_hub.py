@@ -21,7 +21,7 @@ from relaxtui.errors import UserError
 from relaxtui.evals.tasks.hub import SCRIPT_DATASETS
 from relaxtui.models.hub import HubRef, choose_files, parse_ref
 from relaxtui.models.registry import SMOLLM2
-from tests.fake_hub import SMOLLM2_FILE, SMOLLM2_REPO, TOKEN, FakeHub, FakeRepo, smollm2_repo
+from tests.fake_hub import SMOLLM2_FILE, SMOLLM2_REPO, TOKEN, Answer, FakeHub, FakeRepo, smollm2_repo
 from tests.test_models_store import gguf_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,6 +165,49 @@ def test_bad_pulls_are_one_line_and_touch_nothing(env, args, fragments):
     assert store_state(env) == before
 
 
+def _listing(**sibling: object) -> Answer:
+    """The hub's listing of a one-file repo, with fields of that file replaced."""
+    entry = {"rfilename": "x-Q4_K_M.gguf", "size": len(TINY), "blobId": "0" * 40,
+             "lfs": {"size": len(TINY), "sha256": hashlib.sha256(TINY).hexdigest(), "pointerSize": 134}, **sibling}
+    return Answer(200, json.dumps({"id": "acme/x-GGUF", "sha": COMMIT, "siblings": [entry]}).encode())
+
+
+@pytest.mark.parametrize("repo,fragments", [
+    (FakeRepo({"x-Q4_K_M.gguf": TINY}, info_answer=Answer(200, b"<html>hi</html>")),
+     ["answer for acme/x-GGUF is not JSON"]),  # was json.decoder.JSONDecodeError
+    (FakeRepo({"x-Q4_K_M.gguf": TINY}, info_answer=_listing(size="12")),
+     ["listing of acme/x-GGUF is malformed: the size of x-Q4_K_M.gguf is '12', not a byte count"]),  # TypeError
+    (FakeRepo({"x-Q4_K_M.gguf": TINY}, info_answer=_listing(lfs={"size": 1, "sha256": "xyz"})),
+     ["the sha256 of x-Q4_K_M.gguf is 'xyz', not 64 hex digits"]),
+    (FakeRepo({"x-Q4_K_M.gguf": TINY}, info_answer=_listing(rfilename="../../etc/x-Q4_K_M.gguf")),
+     ["file name '../../etc/x-Q4_K_M.gguf' has an empty, '.' or '..' part"]),  # was the library's ValueError
+    (FakeRepo({"x-Q4_K_M.gguf": TINY}, file_headers={"x-Q4_K_M.gguf": {"ETag": '"../../../../evil"',
+                                                                        "X-Linked-Etag": None}}),
+     ["ETag header", "acme/x-GGUF", "not a plain name"]),  # was a blob written outside the cache, and exit 0
+])
+def test_a_hostile_hub_is_one_line_and_writes_nothing_outside_the_cache(env, hub, tmp_path, repo, fragments):
+    hub.add("acme/x-GGUF", repo)
+    before = store_state(env)
+    assert_one_line_error(run(env, "models", "pull", "acme/x-GGUF"), *fragments)
+    assert store_state(env) == before
+    assert {path.name for path in tmp_path.iterdir()} <= {"hf", "models"}  # hf/: the library's cache, if any
+    assert not [path for path in tmp_path.rglob("*evil*")]
+
+
+def test_models_list_skips_a_damaged_record_with_one_warning(env):
+    pulled = run(env, "models", "pull", "acme/tiny-GGUF:Q4_K_M")
+    assert pulled.returncode == 0, pulled.stderr
+    records = Path(env["RELAXTUI_MODELS"]) / ".hub"
+    (records / "tiny-Q4_K_M.gguf.json").write_bytes(b'{"repo": 5, "file": "\xff')  # not UTF-8, not JSON
+    (records / "mine.gguf.json").write_text(json.dumps({"repo": ["x"], "file": 1, "revision": None, "size": "1",
+                                                        "sha256": 2}))
+    listing = run(env, "models", "list")
+    assert listing.returncode == 0, listing.stderr
+    assert "tiny-Q4_K_M.gguf" in listing.stdout
+    warnings = listing.stderr.splitlines()
+    assert len(warnings) == 2 and all("ignoring the damaged hub record" in line for line in warnings), warnings
+
+
 def test_an_unreachable_hub_is_one_line_saying_how_to_use_a_local_file(env):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
@@ -181,7 +224,7 @@ def test_hf_names_pull_smollm2_on_first_use_then_resolve_offline(env, hub, test_
     generate = ["generate", "Say hi.", "-n", "4", "--temperature", "0", "--color", "never"]
     first = run(env, *generate, "-m", f"hf:{SMOLLM2_REPO}:Q4_1", "-md", f"hf:{SMOLLM2_REPO}")
     assert first.returncode == 0, first.stderr
-    assert "pulling" in first.stderr and "acceptance rate" in first.stdout
+    assert "pulling" in first.stderr and "acceptance rate" in first.stderr  # generate: stats on stderr
     record = json.loads((Path(env["RELAXTUI_MODELS"]) / ".hub" / f"{SMOLLM2_FILE}.json").read_text())
     assert record["sha256"] == SMOLLM2.sha256  # the hub's file is the one relaxtui pins
 

@@ -5,6 +5,7 @@ and it brings the token from the usual places, a progress bar, and a Range reque
 download. What it does not do, we add: pick the file for a quant tag, check size and sha256 against the hub's
 file metadata before trusting the file, refuse what is not GGUF, and record where each linked file came from
 (``ggml_models/.hub/NAME.json``), so ``models list`` can say so and an ``hf:`` name resolves offline later.
+Whatever the hub answers is checked before use (hub_answers.py), and so is a record when read (hub_records.py).
 """
 
 from __future__ import annotations
@@ -23,14 +24,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relaxtui import envvars
 from relaxtui.engine.gguf import read_header
 from relaxtui.errors import UserError
+from relaxtui.models.hub_answers import (
+    REPO_ID,
+    FileMeta,
+    fetch_listing,
+    first_line,
+    install_header_check,
+    raised_by_hub_client,
+    show,
+)
+from relaxtui.models.hub_records import hub_source as hub_source  # re-exported: store.py imports it from here
+from relaxtui.models.hub_records import read_records, records_dir
 from relaxtui.models.store import models_dir
 
 PREFIX = "hf:"
-RECORDS = ".hub"  # folder inside ggml_models/ with one provenance record per linked file
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's `-hf` picks when a repo has several GGUFs
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _CHUNK = 1 << 20
 
@@ -52,15 +63,6 @@ class HubRef:
 
 
 @dataclass(frozen=True)
-class FileMeta:
-    """The hub's word on one file: its size and hashes (sha256 for LFS files, the git blob id for all)."""
-
-    size: int | None
-    sha256: str | None
-    blob_id: str | None
-
-
-@dataclass(frozen=True)
 class Pulled:
     path: Path  # the link in ggml_models/ (the first part of a split model)
     record: dict[str, Any]
@@ -75,40 +77,57 @@ def parse_ref(text: str, revision: str | None = None) -> HubRef:
     """``[hf:]OWNER/REPO[:QUANT | :FILE.gguf]`` -> HubRef; anything else is one clear line."""
     body = text[len(PREFIX):] if text.startswith(PREFIX) else text
     repo, _, selector = body.partition(":")
-    if not _REPO_ID.fullmatch(repo) or ".." in repo:
+    if not REPO_ID.fullmatch(repo) or ".." in repo:
         raise UserError(f"not a hub model name: {text!r} (expected hf:OWNER/REPO[:QUANT | :FILE.gguf], "
                         "e.g. hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M)")
+    if revision is not None and (not revision or not revision.isprintable() or any(c.isspace() for c in revision)
+                                 or "\\" in revision or ".." in revision or revision.startswith(("/", "-"))):
+        raise UserError(f"not a revision: {show(revision)} (a branch, tag or commit id, e.g. main)")
     return HubRef(repo, selector or None, revision)
 
 
 def hub_endpoint() -> str:
-    """Read at call time (the library reads ``HF_ENDPOINT`` once, at import)."""
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    """``HF_ENDPOINT``, checked, read at call time (the library reads it once, at import)."""
+    return envvars.hub_endpoint()
 
 
 def hub_token() -> str | None:
-    """HF_TOKEN, else the token `hf auth login` saved (huggingface_hub's own lookup)."""
+    """HF_TOKEN, else the token `hf auth login` saved (huggingface_hub's own lookup). HF_ENDPOINT is checked
+    first: the library parses it at import, and a bad port there is a ValueError from deep in its imports."""
+    hub_endpoint()
     from huggingface_hub import get_token
 
     return get_token()
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP library's connection errors (``httpx2`` in huggingface_hub 2.x, ``httpx`` before)."""
-    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+def _http_errors(*names: str) -> tuple[type[BaseException], ...]:
+    """The HTTP library's exception classes of these names (``httpx2`` in huggingface_hub 2.x, ``httpx`` before)."""
+    errors: list[type[BaseException]] = []
     for module in ("httpx2", "httpx"):
-        with contextlib.suppress(ImportError, AttributeError):
-            errors.append(importlib.import_module(module).TransportError)
+        for name in names:
+            with contextlib.suppress(ImportError, AttributeError):
+                errors.append(getattr(importlib.import_module(module), name))
     return tuple(errors)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection errors: the hub cannot be reached."""
+    return ConnectionError, TimeoutError, *_http_errors("TransportError")
+
+
+# what huggingface_hub and its HTTP library raise on an answer they cannot parse (not always their own classes)
+_PARSE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OverflowError)
 
 
 @contextlib.contextmanager
 def hub_errors(repo: str, *, token: str | None, repo_type: str = "model", revision: str | None = None,
                offline_hint: str = "", access_hint: str = "") -> Iterator[None]:
-    """Turn huggingface_hub's exceptions into one line that says what to do."""
+    """Turn huggingface_hub's exceptions into one line that says what to do, including those it raises on an
+    answer it cannot parse (and the header check's, which refuses ones it would turn into unsafe paths)."""
+    page = f"{hub_endpoint()}/{'datasets/' if repo_type == 'dataset' else ''}{repo}"  # before the import: see hub_token
     from huggingface_hub import errors as hf
 
-    page = f"{hub_endpoint()}/{'datasets/' if repo_type == 'dataset' else ''}{repo}"
+    install_header_check()
     try:
         yield
     except hf.GatedRepoError:
@@ -121,17 +140,31 @@ def hub_errors(repo: str, *, token: str | None, repo_type: str = "model", revisi
         private = "" if token else " (if it is private: run `hf auth login` or set HF_TOKEN)"
         raise UserError(f"no {repo_type} repo {repo} on the Hugging Face hub{private}") from None
     except hf.RevisionNotFoundError:
-        raise UserError(f"{repo} has no revision {revision!r}") from None
+        raise UserError(f"{repo} has no revision {revision or 'main'!r}") from None
     except hf.RemoteEntryNotFoundError as exc:
-        raise UserError(f"{repo} has no such file: {str(exc.response.url).rsplit('/', 1)[-1]}") from None
-    except (hf.LocalEntryNotFoundError, *_transport_errors()):
+        raise UserError(f"{repo} has no such file: {show(exc.response.url.path.rsplit('/', 1)[-1])}") from None
+    except (hf.LocalEntryNotFoundError, *_transport_errors()) as exc:
+        cause = exc.__cause__ or exc.__context__  # the library says "not in the cache" for a HEAD that failed
+        if isinstance(cause, hf.FileMetadataError):  # answered, but not like a hub
+            raise UserError(f"the answer for a file of {repo} lacks the headers a Hugging Face hub sends "
+                            f"(X-Repo-Commit, ETag); is HF_ENDPOINT ({hub_endpoint()}) a hub?") from None
+        if isinstance(cause, hf.HfHubHTTPError) and cause.response is not None:
+            raise UserError(f"the Hugging Face hub answered HTTP {cause.response.status_code} for "
+                            f"{show(cause.response.url.path, 200)}") from None
         raise UserError(f"the Hugging Face hub is unreachable ({hub_endpoint()}); "
                         f"{offline_hint or 'check the network or HF_ENDPOINT'}") from None
     except hf.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         raise UserError(f"the Hugging Face hub answered HTTP {status} for {repo}") from None
     except OSError as exc:  # the library's size consistency check, a full disk, ...
-        raise UserError(f"download from {repo} failed: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"download from {repo} failed: {first_line(exc)}") from None
+    except _http_errors("DecodingError", "TooManyRedirects", "InvalidURL") as exc:
+        raise UserError(f"the Hugging Face hub's answer for {repo} could not be read: {first_line(exc)}") from None
+    except _PARSE_ERRORS as exc:
+        if not raised_by_hub_client(exc):
+            raise
+        raise UserError(f"the Hugging Face hub's answer for {repo} could not be read ({type(exc).__name__}: "
+                        f"{first_line(exc)}); nothing was linked") from None
 
 
 # -- choosing the file ---------------------------------------------------------------------------------------------
@@ -231,28 +264,7 @@ def verify(pointer: Path, meta: FileMeta, where: str, known_sha256: str | None =
     return sha256
 
 
-# -- records --------------------------------------------------------------------------------------------------------
-def records_dir(directory: Path | None = None) -> Path:
-    return (directory or models_dir()) / RECORDS
-
-
-def read_records(directory: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Link name -> provenance record (unreadable records are ignored)."""
-    records = {}
-    folder = records_dir(directory)
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError):
-            record = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(record, dict) and {"repo", "file", "revision", "size", "sha256"} <= record.keys():
-                records[path.stem] = record
-    return records
-
-
-def hub_source(name: str, records: dict[str, dict[str, Any]]) -> str | None:
-    record = records.get(name)
-    return f"hf:{record['repo']}@{str(record['revision'])[:7]}" if record else None
-
-
+# -- linking (records: hub_records.py) ----------------------------------------------------------------------------
 def _ours(link: Path, record: dict[str, Any] | None, repo: str, file: str) -> bool:
     """A name in ggml_models/ we may (re)point: absent, or our own link for this same repo file."""
     if not os.path.lexists(link):
@@ -287,17 +299,17 @@ OFFLINE_HINT = ("download the GGUF another way and pass its path (--verifier /pa
 
 def pull(ref: HubRef, *, say: Callable[[str], None] = print) -> Pulled:
     """Resolve ``ref`` on the hub, download through the library's cache, verify, and link into ggml_models/."""
-    from huggingface_hub import HfApi, hf_hub_download
+    endpoint, token = hub_endpoint(), hub_token()  # the endpoint first: see hub_token
+    from huggingface_hub import hf_hub_download
 
-    token, endpoint = hub_token(), hub_endpoint()
     earlier = find_pulled(ref)
     offline = OFFLINE_HINT + (f" (the earlier pull is still linked as {earlier.name})" if earlier else "")
     guard = functools.partial(hub_errors, ref.repo, token=token, revision=ref.revision, offline_hint=offline)
     with guard():
-        info = HfApi(endpoint=endpoint).model_info(ref.repo, revision=ref.revision, files_metadata=True, token=token)
-    metas = {s.rfilename: FileMeta(s.size, s.lfs.sha256 if s.lfs else None, s.blob_id) for s in info.siblings or []}
+        listing = fetch_listing(ref.repo, ref.revision, token, endpoint)
+    metas = listing.files
     parts = choose_files(ref, list(metas))
-    commit = str(info.sha or ref.revision or "main")
+    commit = listing.commit or ref.revision or "main"
     total = sum(metas[part].size or 0 for part in parts)
     say(f"{ref.repo}@{commit[:10]}: {', '.join(parts)} ({total / 2**20:.0f} MiB)")
     records = read_records()
@@ -315,7 +327,18 @@ def pull(ref: HubRef, *, say: Callable[[str], None] = print) -> Pulled:
             raise UserError(f"{ref.repo}/{part} is {str(exc).rsplit(': ', 1)[0]}; nothing was linked") from None
         verified.append((part, pointer, sha256))
     names = _link_names(ref, parts, records)
-    store, action = models_dir(), "present"
+    try:
+        action, record = _link(ref, commit, endpoint, names, verified)
+    except OSError as exc:  # a read-only or full ggml_models/, a name the file system refuses
+        raise UserError(f"could not link {ref} into {models_dir()}: {first_line(exc)}") from None
+    return Pulled(models_dir() / names[0], record, action)
+
+
+def _link(ref: HubRef, commit: str, endpoint: str, names: list[str],
+          verified: list[tuple[str, Path, str]]) -> tuple[str, dict[str, Any]]:
+    """Point each name in ggml_models/ at its verified file and write its record. Returns "pulled" if any link
+    changed (else "present") and the first part's record."""
+    store, action, first = models_dir(), "present", None
     records_dir().mkdir(parents=True, exist_ok=True)
     for name, (part, pointer, sha256) in zip(names, verified, strict=True):
         link, blob = store / name, pointer.resolve()
@@ -328,8 +351,9 @@ def pull(ref: HubRef, *, say: Callable[[str], None] = print) -> Pulled:
                   "endpoint": endpoint, "blob": str(blob), "mtime": int(blob.stat().st_mtime),
                   "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": names}
         (records_dir() / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    first = store / names[0]
-    return Pulled(first, read_records()[names[0]], action)
+        first = first or record
+    assert first is not None  # choose_files never returns no parts
+    return action, first
 
 
 def _record_matches(ref: HubRef, record: dict[str, Any]) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaxtui import envvars
 from relaxtui.engine.gguf import read_header
 from relaxtui.errors import UserError
 from relaxtui.models.registry import MODEL_SETS, DerivedModel, PackagedModel
@@ -27,12 +28,13 @@ _CHUNK = 1 << 20
 
 
 def models_dir() -> Path:
-    """``$RELAXTUI_MODELS`` or the repository's ``ggml_models/``."""
-    return Path(os.environ.get("RELAXTUI_MODELS", REPO_ROOT / "ggml_models"))
+    """``$RELAXTUI_MODELS`` (checked: a directory, or one that can be made) or the repository's ``ggml_models/``."""
+    return envvars.directory("RELAXTUI_MODELS", REPO_ROOT / "ggml_models")
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("RELAXTUI_CACHE", Path.home() / ".cache" / "relaxtui")) / "models"
+    """``$RELAXTUI_CACHE/models`` (checked like RELAXTUI_MODELS), by default ``~/.cache/relaxtui/models``."""
+    return envvars.directory("RELAXTUI_CACHE", Path.home() / ".cache" / "relaxtui") / "models"
 
 
 def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
