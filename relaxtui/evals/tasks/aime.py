@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from relaxtui.engine.text import Message
-from relaxtui.evals.tasks.base import Sample, Task, data_dir, read_jsonl, require, strip_think
+from relaxtui.evals.tasks.base import Sample, Task, data_dir, field_label, field_str, read_rows, require, strip_think
 from relaxtui.evals.tasks.math_parsing import flat_boxed_contents, last_signed_integer, normalise_integer, plain_integer
 
 # Source: SPEC §5 (the paper's reproduction prompt for AIME).
@@ -75,9 +75,11 @@ def parse_aime(text: str) -> str | None:
 
 
 def record_to_sample(row: dict[str, Any], where: str) -> Sample:
+    """A math row ``{"id", "problem", "answer"}`` as a sample; id and answer may be strings or integers."""
     require(row, ("id", "problem", "answer"), where)
-    return Sample(str(row["id"]), (Message("user", MATH_PROMPT.format(problem=row["problem"])),),
-                  normalise_integer(str(row["answer"])) or str(row["answer"]))
+    ident, prompt = field_label(row, "id", where), MATH_PROMPT.format(problem=field_str(row, "problem", where))
+    answer = field_label(row, "answer", where)
+    return Sample(ident, (Message("user", prompt),), normalise_integer(answer) or answer)
 
 
 class Aime(Task):
@@ -88,7 +90,7 @@ class Aime(Task):
 
     def load(self, data: Path | None = None) -> list[Sample]:
         path = data or data_dir() / self.file_name
-        return [record_to_sample(row, f"{path}:{i}") for i, row in enumerate(read_jsonl(path), start=1)]
+        return [record_to_sample(row, where) for where, row in read_rows(path, by_suffix=False)]
 
     def parse(self, text: str) -> str | None:
         return parse_aime(text)

@@ -14,8 +14,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from relaxtui.engine.text import Message
-from relaxtui.evals.tasks.base import Sample, Task, require, strip_think
-from relaxtui.evals.tasks.hub import load_hub_rows, read_local
+from relaxtui.evals.tasks.base import (
+    Located,
+    Sample,
+    Task,
+    field_label,
+    field_str,
+    numbered,
+    read_rows,
+    require,
+    strip_think,
+)
+from relaxtui.evals.tasks.hub import load_hub_rows
 
 SYSTEM = ("Here are some example questions from experts. Answer the question by selecting one of the provided "
           "choices.")
@@ -62,19 +72,25 @@ def parse_letter(text: str) -> str | None:
 
 
 def rows_to_samples(rows: list[dict[str, Any]], where: str) -> list[Sample]:
+    """Samples from rows in memory, named ``where row N`` in errors."""
+    return located_to_samples(numbered(rows, where))
+
+
+def located_to_samples(rows: list[Located]) -> list[Sample]:
     shuffler = random.Random(0)
     samples = []
-    for index, row in enumerate(rows):
-        require(row, COLUMNS, f"{where} row {index + 1}")
+    for index, (where, row) in enumerate(rows):
+        require(row, COLUMNS, where)
         # as the reproduction's scripts/prepare_data.py: [incorrect 1, 2, 3, correct] through one Random(0), texts
         # as the dataset has them (not stripped), so prompts and gold letters match the paper's
-        items = [(str(row[f"Incorrect Answer {i}"]), False) for i in (1, 2, 3)] + [(str(row["Correct Answer"]), True)]
+        items = [(field_str(row, f"Incorrect Answer {i}", where), False) for i in (1, 2, 3)]
+        items.append((field_str(row, "Correct Answer", where), True))
         shuffler.shuffle(items)
         choices = [text for text, _ in items]
         gold = LETTERS[next(i for i, (_, correct) in enumerate(items) if correct)]
-        prompt = USER.format(question=str(row["Question"]), **dict(zip(LETTERS, choices, strict=True)))
-        samples.append(Sample(str(row.get("Record ID") or f"gpqa-{index}"),
-                              (Message("system", SYSTEM), Message("user", prompt)), gold))
+        prompt = USER.format(question=field_str(row, "Question", where), **dict(zip(LETTERS, choices, strict=True)))
+        ident = field_label(row, "Record ID", where) if row.get("Record ID") else f"gpqa-{index}"
+        samples.append(Sample(ident, (Message("system", SYSTEM), Message("user", prompt)), gold))
     return samples
 
 
@@ -85,10 +101,9 @@ class Gpqa(Task):
 
     def load(self, data: Path | None = None) -> list[Sample]:
         if data is not None:
-            return rows_to_samples(read_local(data), str(data))
-        rows = load_hub_rows("Idavidrein/gpqa", config="gpqa_diamond", split="train", gated=True,
-                             how_to_get_access=ACCESS)
-        return rows_to_samples(rows, "Idavidrein/gpqa")
+            return located_to_samples(read_rows(data))
+        return located_to_samples(load_hub_rows("Idavidrein/gpqa", config="gpqa_diamond", split="train", gated=True,
+                                                how_to_get_access=ACCESS))
 
     def parse(self, text: str) -> str | None:
         return parse_letter(text)

@@ -9,13 +9,11 @@ and air-gapped machines supply the data.
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 from typing import Any
 
 from relaxtui.errors import UserError
-from relaxtui.evals.tasks.base import read_jsonl
+from relaxtui.evals.tasks.base import Located, numbered, read_rows
 from relaxtui.models.hub import hub_endpoint, hub_errors
 from relaxtui.models.hub import hub_token as hub_token
 
@@ -39,24 +37,6 @@ SCRIPT_DATASETS: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
 }
 
 
-def read_local(path: Path) -> list[dict[str, Any]]:
-    if path.suffix == ".csv":
-        try:
-            with path.open(encoding="utf-8", newline="") as stream:
-                return list(csv.DictReader(stream))
-        except (OSError, csv.Error, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read data file {path}: {exc}") from None
-    if path.suffix == ".json":
-        try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read data file {path}: {exc}") from None
-        if not isinstance(rows, list):
-            raise UserError(f"{path}: expected a JSON list of rows")
-        return rows
-    return read_jsonl(path)
-
-
 def _script_dataset_files(repo: str, config: str | None, kwargs: dict[str, Any]) -> tuple[str, ...]:
     keyword, choices = SCRIPT_DATASETS[repo]
     tag = kwargs.pop(keyword, None) or config or next(iter(choices))
@@ -69,7 +49,9 @@ def _script_dataset_files(repo: str, config: str | None, kwargs: dict[str, Any])
 
 
 def load_hub_rows(repo: str, *, config: str | None = None, split: str = "train", gated: bool = False,
-                  how_to_get_access: str = "", revision: str | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+                  how_to_get_access: str = "", revision: str | None = None, **kwargs: Any) -> list[Located]:
+    """The rows of a hub dataset, each located (its cached file and line, or ``repo row N``) for error messages;
+    they go through the same checks as a local ``--data`` file's rows."""
     token = hub_token()
     access = f"{repo} is gated on the Hugging Face hub and no token was found: {how_to_get_access}"
     if gated and not token:
@@ -84,7 +66,7 @@ def load_hub_rows(repo: str, *, config: str | None = None, split: str = "train",
         with guard:
             paths = [Path(hf_hub_download(repo, name, repo_type="dataset", revision=revision, token=token,
                                           endpoint=hub_endpoint())) for name in files]
-        return [row for path in paths for row in read_local(path)]
+        return [row for path in paths for row in read_rows(path)]
     import datasets
 
     try:
@@ -97,4 +79,4 @@ def load_hub_rows(repo: str, *, config: str | None = None, split: str = "train",
     except Exception as exc:  # datasets raises many types; the message is what helps
         text = str(exc)
         raise UserError(f"could not load {repo} from the hub: {text.splitlines()[0] if text else exc!r}") from None
-    return [dict(row) for row in dataset]
+    return numbered((dict(row) for row in dataset), repo)

