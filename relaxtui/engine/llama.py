@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from relaxtui import envvars
 from relaxtui.decoding.backend import SeqDecode, SequenceView, row_order
 from relaxtui.engine.gguf import read_header
 from relaxtui.errors import ContextFull, UserError
@@ -32,7 +33,7 @@ _backend_ready = False
 
 
 def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    if os.environ.get("RELAXTUI_LLAMA_LOG"):
+    if envvars.flag("RELAXTUI_LLAMA_LOG", strict=False):  # no raising in a callback from C: checked at init
         os.write(2, text)
 
 
@@ -43,6 +44,7 @@ def _init_backend() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
+            envvars.flag("RELAXTUI_LLAMA_LOG")  # a bad value is one line here, not ignored in the callback
             _llama.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
             _llama.llama_backend_init()
             _backend_ready = True
@@ -53,9 +55,9 @@ def use_extra_buffers() -> bool:
     a Q4_0 drafter gain 25-40% — but a build with AMX kernels segfaults in them on VMs that advertise AMX
     (SPEC §6). Our set-up builds with AMX off; a build that has AMX keeps them off. RELAXTUI_EXTRA_BUFTS=0/1
     overrides."""
-    forced = os.environ.get("RELAXTUI_EXTRA_BUFTS")
-    if forced in {"0", "1"}:
-        return forced == "1"
+    forced = envvars.optional_flag("RELAXTUI_EXTRA_BUFTS")
+    if forced is not None:
+        return forced
     _init_backend()
     info = _llama.llama_print_system_info().decode(errors="replace")
     return "AMX" not in info
@@ -81,6 +83,8 @@ class LlamaModel:
         model_params = _llama.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = use_extra_buffers()
+        from relaxtui.engine.gguf_check import check_loadable  # hyper-parameters llama.cpp would abort on
+        check_loadable(self.header)
         self._model = _llama.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise UserError(f"llama.cpp could not load the model: {self.path}")
