@@ -85,7 +85,7 @@ class LlamaModel:
         model_params.use_extra_bufts = use_extra_buffers()
         from relaxtui.engine.gguf_check import check_loadable  # hyper-parameters llama.cpp would abort on
         check_loadable(self.header)
-        self._model = _llama.llama_model_load_from_file(str(self.path).encode(), model_params)
+        self._model = _llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise UserError(f"llama.cpp could not load the model: {self.path}")
         self._vocab = _llama.llama_model_get_vocab(self._model)

@@ -57,7 +57,7 @@ def quantize(source: str | os.PathLike[str], target: str | os.PathLike[str], typ
         params.output_tensor_type = params.token_embedding_type = PURE_TENSOR_TYPES[key]
     partial = target.with_name(target.name + ".partial")
     try:
-        status = _llama.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
+        status = _llama.llama_model_quantize(os.fsencode(source), os.fsencode(partial), params)
         if status != 0:
             raise UserError(f"llama.cpp could not quantise {source} to {type_name} (status {status})")
         partial.replace(target)
