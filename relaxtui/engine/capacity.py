@@ -1,8 +1,10 @@
 """How many sequences a context can hold here: KV-cache bytes per token from the GGUF header, against free memory.
 
 Each sequence gets its own ``n_ctx`` tokens of KV cache in every model of the pair (SPEC §8), so K sequences
-cost K × n_ctx × (bytes per token of each model). Checked before loading, so a K that cannot fit is one clear
-line (with the largest K that fits) instead of an allocation failure or the OOM killer mid-run.
+cost K × n_ctx × (bytes per token of each model), plus, in a recurrent/hybrid model, its recurrent state and that
+state's rollback snapshots (``1 + rollback_depth`` copies per sequence: gigabytes for a large Qwen3.5). Checked
+before loading, so a K that cannot fit is one clear line (with the largest K that fits) instead of an
+allocation failure or the OOM killer mid-run.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relaxtui.engine.gguf import INTEGER_TYPES, ArrayInfo, GGUFHeader, read_array, read_header
-from relaxtui.engine.gguf_check import LLAMA_MAX_LAYERS
+from relaxtui.engine.gguf_check import GATED_DELTA_NET, LLAMA_MAX_LAYERS
+from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SNAPSHOT_ARCHS
 from relaxtui.errors import UserError
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ (llama_max_parallel_sequences in 0.3.36)
 MEMORY_SHARE = 0.8  # of the memory left after the weights: room for compute buffers and logits
 KV_BYTES = 2  # f16 K and V cache entries (llama.cpp's default cache type)
+STATE_BYTES = 4  # f32 recurrent conv and SSM states (llama_memory_recurrent's type_r, type_s)
 
 
 def kv_bytes_per_token(path: Path) -> int:
@@ -41,6 +45,7 @@ def kv_bytes_per_token(path: Path) -> int:
     if layers > LLAMA_MAX_LAYERS:
         raise UserError(f"{path.name}: GGUF metadata {arch}.block_count is {layers} (llama.cpp allows at most "
                         f"{LLAMA_MAX_LAYERS}); cannot size the KV cache")
+    trunk = layers - _nextn(meta, arch, layers)  # the MTP layers' cache lives in the MTP head's own context
     head_key, kv_key = f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"
     heads = per_layer(header, head_key, layers) if isinstance(meta.get(head_key), ArrayInfo) else None
     heads = heads or [number("attention.head_count")] * layers
@@ -50,7 +55,52 @@ def kv_bytes_per_token(path: Path) -> int:
         raise UserError(f"{path.name}: GGUF metadata {head_key} is {heads[0]}; cannot size the KV cache")
     head_dim = number("embedding_length") // heads[0]
     per_head = number("attention.key_length", head_dim) + number("attention.value_length", head_dim)
-    return sum(kv_heads) * per_head * KV_BYTES
+    attention = [il for il in range(trunk) if il not in _recurrent_layers(meta, arch, trunk)]
+    return sum(kv_heads[il] for il in attention) * per_head * KV_BYTES
+
+
+def _nextn(meta: dict, arch: str, layers: int) -> int:
+    """MTP layers at the end of the stack (a value llama.cpp would refuse counts as none: check_loadable says)."""
+    value = meta.get(f"{arch}.nextn_predict_layers", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < layers else 0
+
+
+def _recurrent_layers(meta: dict, arch: str, trunk: int) -> set[int]:
+    """The trunk layers holding recurrent state instead of KV cells, where the header says so: gated-delta-net
+    hybrids mark all but every ``full_attention_interval``-th (src/models/qwen35.cpp load_arch_hparams); other
+    hybrids give those layers no KV heads (a per-layer array, counted as zeros already)."""
+    if arch not in GATED_DELTA_NET:
+        return set()
+    interval = meta.get(f"{arch}.full_attention_interval", 4)
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval <= 0:
+        return set()
+    return {il for il in range(trunk) if (il + 1) % interval}
+
+
+def recurrent_bytes_per_sequence(path: Path, rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> int:
+    """Recurrent-state bytes one sequence costs: per recurrent layer, its conv and SSM states (llama.cpp's
+    n_embd_r, n_embd_s for Mamba-style and gated-delta-net layers) in ``1 + snapshots`` copies (the rollback
+    snapshots, where llama.cpp keeps them for the architecture). 0 for a transformer, and for recurrent families
+    whose header does not say their state sizes (RWKV, LFM2): those are left to llama.cpp's own allocation."""
+    header = read_header(path)
+    meta = header.metadata
+    arch = meta.get("general.architecture", "")
+    sizes = [meta.get(f"{arch}.ssm.{key}") for key in ("conv_kernel", "inner_size", "state_size")]
+    groups = meta.get(f"{arch}.ssm.group_count", 0)
+    layers = meta.get(f"{arch}.block_count")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 20 for v in (*sizes, layers)) or \
+            not isinstance(groups, int) or isinstance(groups, bool) or not 0 <= groups < 1 << 20 or \
+            layers > LLAMA_MAX_LAYERS:
+        return 0
+    conv, inner, state = sizes
+    trunk = layers - _nextn(meta, arch, layers)
+    recurrent = _recurrent_layers(meta, arch, trunk) if arch in GATED_DELTA_NET else set(range(trunk))
+    kv_key = f"{arch}.attention.head_count_kv"
+    if arch not in GATED_DELTA_NET and isinstance(meta.get(kv_key), ArrayInfo):  # attention where KV heads are
+        recurrent = {il for il, heads in enumerate(per_layer(header, kv_key, layers)[:trunk]) if heads == 0}
+    per_layer_bytes = ((conv - 1) * (inner + 2 * groups * state) + state * inner) * STATE_BYTES
+    copies = 1 + (max(0, rollback_depth) if arch in SNAPSHOT_ARCHS else 0)
+    return len(recurrent) * per_layer_bytes * copies
 
 
 def per_layer(header: GGUFHeader, key: str, layers: int) -> list[int]:
@@ -87,23 +137,27 @@ class Capacity:
         return max(0, min(MAX_SEQUENCES, self.budget // max(1, self.bytes_per_sequence)))
 
 
-def capacity(paths: Sequence[Path], n_ctx: int, *, available: int | None = None) -> Capacity:
-    """The largest K whose KV caches (n_ctx tokens per sequence, in every model) fit in free memory."""
+def capacity(paths: Sequence[Path], n_ctx: int, *, available: int | None = None,
+             rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> Capacity:
+    """The largest K whose KV caches (n_ctx tokens per sequence, in every model) and recurrent states (with
+    ``rollback_depth`` snapshots) fit in free memory."""
     available = available_memory() if available is None else available
     weights = sum(os.path.getsize(p) for p in paths)
     budget = None if available is None else int(MEMORY_SHARE * max(0, available - weights))
-    return Capacity(n_ctx, n_ctx * sum(kv_bytes_per_token(p) for p in paths), budget)
+    per_sequence = sum(n_ctx * kv_bytes_per_token(p) + recurrent_bytes_per_sequence(p, rollback_depth) for p in paths)
+    return Capacity(n_ctx, per_sequence, budget)
 
 
-def check_parallel(k: int, paths: Sequence[Path], n_ctx: int, *, available: int | None = None) -> None:
+def check_parallel(k: int, paths: Sequence[Path], n_ctx: int, *, available: int | None = None,
+                   rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> None:
     """Refuse a K the context cannot hold, naming the largest one that fits."""
     if k < 1:
         raise UserError(f"--parallel must be >= 1 (got {k})")
     if k == 1:
         return
-    room = capacity(paths, n_ctx, available=available)
+    room = capacity(paths, n_ctx, available=available, rollback_depth=rollback_depth)
     if k > room.max_sequences:
-        memory = (f"{room.bytes_per_sequence / 2**20:.0f} MiB of KV cache per sequence, "
+        memory = (f"{room.bytes_per_sequence / 2**20:.0f} MiB of KV cache and state per sequence, "
                   f"{room.budget / 2**20:.0f} MiB to spare" if room.budget is not None else "llama.cpp's limit")
         raise UserError(f"--parallel {k}: the context holds at most {room.max_sequences} sequences of {n_ctx} "
                         f"tokens here ({memory}); lower --parallel or --ctx-size")

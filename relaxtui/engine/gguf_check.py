@@ -25,6 +25,9 @@ ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama-model.cpp L
 DENSE = frozenset({"llama", "qwen2", "qwen3", "gemma3"})
 # Graphs that GGML_ASSERT(n_embd_head_v == n_embd_head_k) and (n_embd_head == n_rot): src/models/<arch>.cpp.
 SAME_HEAD_DIMS = frozenset({"llama", "qwen2", "qwen3"})
+# Hybrids of gated-delta-net layers and full attention every `full_attention_interval`-th layer
+# (src/models/{qwen3next,qwen35,qwen35moe,qwen4exp}.cpp).
+GATED_DELTA_NET = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp"})
 
 
 class _Refused(Exception):
@@ -109,6 +112,19 @@ def _check_heads(header: GGUFHeader, arch: str, n_layer: int, n_embd: int) -> No
                            f"rope.dimension_count {rope_dims} must be equal")
 
 
+def _check_gated_delta_net(meta: dict[str, Any], arch: str) -> None:
+    """load_arch_hparams marks layer i recurrent by ``(i + 1) % full_attention_interval`` (0: SIGFPE, the process
+    dies), and the linear-attention layers (none when the interval is 1) reshape ``ssm.inner_size`` into
+    ``time_step_rank`` heads of ``ssm.state_size`` (any other product trips GGML_ASSERT(a->ne[d] == b->ne[d]) in
+    ggml.c at context creation)."""
+    interval = _int(meta, f"{arch}.full_attention_interval")
+    if interval is not None and interval <= 0:
+        raise _Refused(f"{arch}.full_attention_interval is {interval} (must be positive)")
+    inner, state, rank = (_int(meta, f"{arch}.ssm.{key}") for key in ("inner_size", "state_size", "time_step_rank"))
+    if interval != 1 and inner is not None and state is not None and rank is not None and inner != state * rank:
+        raise _Refused(f"{arch}.ssm.inner_size {inner} is not ssm.state_size {state} x ssm.time_step_rank {rank}")
+
+
 def _check_vocab(header: GGUFHeader) -> int | None:
     """GGML_ASSERT(id_to_token.size() == token_to_id.size()) in llama-vocab.cpp: two equal token strings abort
     the load. llama.cpp stores an empty token as "[EMPTY_<id>]", so that is what is compared."""
@@ -154,6 +170,8 @@ def _check(header: GGUFHeader) -> None:
         if value is not None and value <= 0:
             raise _Refused(f"{arch}.{key} is {value} (must be positive)")
     n_vocab = _check_vocab(header)
+    if arch in GATED_DELTA_NET:
+        _check_gated_delta_net(meta, arch)
     if arch not in DENSE:
         return
     n_embd = _int(meta, f"{arch}.embedding_length")
@@ -165,6 +183,14 @@ def _check(header: GGUFHeader) -> None:
         if tensor is not None and n_vocab is not None and tensor.shape != (n_embd, n_vocab):
             raise _Refused(f"tensor {name} is {'x'.join(map(str, tensor.shape))}, not embedding_length x vocabulary "
                            f"({n_embd}x{n_vocab})")
+
+
+def mtp_layers(model: GGUFHeader | str | Path) -> int:
+    """How many MTP (nextn) layers a GGUF holds: ``{arch}.nextn_predict_layers`` (0 when absent), for
+    ``models list`` and for refusing ``--draft-kind mtp`` before anything is loaded."""
+    header = model if isinstance(model, GGUFHeader) else read_header(model)
+    value = header.metadata.get(f"{header.architecture}.nextn_predict_layers", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def check_loadable(model: GGUFHeader | str | Path) -> GGUFHeader:

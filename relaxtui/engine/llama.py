@@ -5,6 +5,10 @@ decode asks for logits only on the rows the caller names, copies exactly those r
 is rolled back with ``llama_memory_seq_rm``. A context holds ``n_seq`` sequences (llama.cpp's n_seq_max), each
 with its own ``n_ctx`` tokens of KV cache in its own stream (``kv_unified`` off: a sequence attends only to its
 own cells, and cells freed in one never move another's); the one-sequence methods act on sequence 0.
+
+Recurrent and hybrid models (Qwen3.5, Qwen3-Next…) roll back through llama.cpp's recurrent-state snapshots,
+bounded per sequence (``relaxtui.engine.memory``); every ``llama_memory_seq_rm`` result is checked. With
+``mtp=True`` the context also keeps each token's nextn hidden row for the model's MTP head (``relaxtui.engine.mtp``).
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from relaxtui import envvars
 from relaxtui.decoding.backend import SeqDecode, SequenceView, row_order
 from relaxtui.engine.gguf import read_header
+from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SequenceMemory, Snapshots
 from relaxtui.errors import ContextFull, UserError
+
+if TYPE_CHECKING:
+    from relaxtui.engine.mtp import HiddenStore
 
 try:
     import llama_cpp as _llama
@@ -67,53 +76,95 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-class LlamaModel:
+class LlamaModel(SequenceMemory):
     """One GGUF model with one context: tokenise, decode a batch with chosen logits rows, roll back.
     ``n_ctx`` is per sequence: the context holds ``n_seq × n_ctx`` tokens."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512, n_seq: int = 1) -> None:
+                 n_gpu_layers: int = 0, n_batch: int = 512, n_seq: int = 1,
+                 rollback_depth: int = DEFAULT_ROLLBACK_DEPTH, mtp: bool = False) -> None:
+        """``rollback_depth``: the longest draft this context will verify and roll back (recurrent-state snapshots
+        per sequence on a recurrent/hybrid model; nothing on a transformer). ``mtp``: load the GGUF's MTP (nextn)
+        layers and keep each decoded token's nextn hidden row, for ``relaxtui.engine.mtp.MtpHead``."""
         self.path = Path(path)
         self.header = read_header(self.path)  # clear error for a missing or non-GGUF file
         if n_ctx < 16:
             raise UserError(f"--ctx-size must be at least 16 (got {n_ctx})")
         if not 1 <= n_seq <= _llama.llama_max_parallel_sequences():
             raise UserError(f"--parallel must be in 1..{_llama.llama_max_parallel_sequences()} (got {n_seq})")
+        if rollback_depth < 0:
+            raise UserError(f"rollback depth must be >= 0 (got {rollback_depth})")
         _init_backend()
         model_params = _llama.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = use_extra_buffers()
+        model_params.load_mtp = mtp
         from relaxtui.engine.gguf_check import check_loadable  # hyper-parameters llama.cpp would abort on
         check_loadable(self.header)
         self._model = _llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise UserError(f"llama.cpp could not load the model: {self.path}")
         self._vocab = _llama.llama_model_get_vocab(self._model)
-        n_ctx = min(n_ctx, max(16, _llama.llama_model_n_ctx_train(self._model)))
-        threads = n_threads or default_threads()
-        ctx_params = _llama.llama_context_default_params()
-        ctx_params.n_ctx = n_ctx * n_seq
-        ctx_params.n_batch = min(n_batch, n_ctx * n_seq)
-        ctx_params.n_ubatch = min(n_batch, n_ctx * n_seq)
-        ctx_params.n_seq_max = n_seq
-        ctx_params.kv_unified = False
-        ctx_params.n_threads = threads
-        ctx_params.n_threads_batch = threads
-        ctx_params.no_perf = True
-        self._ctx = _llama.llama_init_from_model(self._model, ctx_params)
-        if not self._ctx:
+        self.n_mtp_layers = int(_llama.llama_model_n_layer_nextn(self._model))
+        if mtp and not self.n_mtp_layers:
             _llama.llama_model_free(self._model)
-            raise UserError(f"llama.cpp could not create a context of {n_seq} × {n_ctx} tokens for {self.path}")
+            raise UserError(f"{self.path.name} has no MTP layers ({self.header.architecture}.nextn_predict_layers "
+                            "is 0): it cannot draft for itself")
+        # recurrent state (Mamba, RWKV) or recurrent layers beside attention (Qwen3.5, Nemotron-H): rollback is
+        # bounded by the snapshots the context keeps
+        self.is_recurrent = bool(_llama.llama_model_is_recurrent(self._model) or
+                                 _llama.llama_model_is_hybrid(self._model))
+        n_ctx = min(n_ctx, max(16, _llama.llama_model_n_ctx_train(self._model)))
+        self._ctx = self._new_context(n_ctx, n_seq, n_batch, n_threads,
+                                      min(rollback_depth, n_ctx - 1) if self.is_recurrent else 0)
         # llama.cpp may pad the context (to a multiple of 256); the limit the user asked for is the one we keep
         self.n_seq = n_seq
         self.n_ctx = min(n_ctx, _llama.llama_n_ctx(self._ctx) // n_seq)
-        self.n_batch = ctx_params.n_batch  # never hand llama_decode more tokens than the context's n_batch
+        self.n_batch = int(_llama.llama_n_batch(self._ctx))  # never hand llama_decode more tokens than this
         self.n_vocab = _llama.llama_vocab_n_tokens(self._vocab)
+        self.n_embd = int(_llama.llama_model_n_embd_out(self._model))
+        # recurrent memory: what each sequence can roll back now; None on a KV cache (any rollback works)
+        self._snapshots = (Snapshots(int(_llama.llama_n_rs_seq(self._ctx)), n_seq, rollback_depth)
+                           if self.is_recurrent else None)
         self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
         self._memory = _llama.llama_get_memory(self._ctx)
         # the tokens in each sequence's KV cache, in order (what prefix reuse compares against)
         self._seqs: list[list[int]] = [[] for _ in range(n_seq)]
+        self.hidden: HiddenStore | None = None  # each decoded token's nextn hidden row, for an MTP head
+        self._followers: list[tuple[Callable[[int, int, int], None], Callable[[], None]]] = []
+        if mtp:
+            from relaxtui.engine.mtp import HiddenStore, llama_ext
+            llama_ext.llama_set_embeddings_nextn(self._ctx, True, False)  # a row for every token, not only outputs
+            self.hidden = HiddenStore(n_seq, self.n_embd)
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
+
+    def _new_context(self, n_ctx: int, n_seq: int, n_batch: int, n_threads: int | None, n_rs_seq: int) -> int:
+        threads = n_threads or default_threads()
+        ctx_params = _llama.llama_context_default_params()
+        # llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one ubatch and asserts that fits; it caps the
+        # batch at the context it is asked for (then pads the context to 256 anyway: asking for more is free)
+        ctx_params.n_ctx = max(n_ctx * n_seq, n_rs_seq + 2 if n_rs_seq else 0)
+        ctx_params.n_batch = max(min(n_batch, n_ctx * n_seq), n_rs_seq + 2 if n_rs_seq else 0)
+        ctx_params.n_ubatch = ctx_params.n_batch
+        ctx_params.n_seq_max = n_seq
+        ctx_params.n_rs_seq = n_rs_seq
+        ctx_params.kv_unified = False
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        ctx_params.no_perf = True
+        ctx = _llama.llama_init_from_model(self._model, ctx_params)
+        if not ctx:
+            _llama.llama_model_free(self._model)
+            snapshots = f" with {n_rs_seq} recurrent-state snapshots per sequence" if n_rs_seq else ""
+            raise UserError(f"llama.cpp could not create a context of {n_seq} × {n_ctx} tokens{snapshots} for "
+                            f"{self.path}")
+        n_rs, n_ubatch = _llama.llama_n_rs_seq(ctx), _llama.llama_n_ubatch(ctx)
+        if n_rs and n_ubatch <= n_rs + 1:  # GGML_ASSERT(n_ubatch > n_keep_tail) at the first decode
+            _llama.llama_free(ctx)
+            _llama.llama_model_free(self._model)
+            raise UserError(f"a micro-batch of {n_ubatch} tokens is too small for {n_rs} recurrent-state "
+                            f"snapshots: {self.path.name}")
+        return ctx
 
     # -- vocabulary -------------------------------------------------------------------------------
     @property
@@ -175,6 +226,13 @@ class LlamaModel:
     def tokens_of(self, seq: int) -> Sequence[int]:
         return self._seqs[seq]
 
+    def hidden_of(self, seq: int) -> np.ndarray:
+        """The nextn hidden rows [n, n_embd] of ``seq``'s last decode (``mtp=True``), as far as it is still
+        cached: what a drafter that reads the verify batch ([last, drafts]) sees after the rollback."""
+        if self.hidden is None:
+            raise RuntimeError(f"{self.path.name} keeps no hidden rows (load it with mtp=True)")
+        return self.hidden.last_decode(seq)
+
     def sequence(self, seq: int) -> SequenceView:
         """Sequence ``seq`` as a one-sequence backend (prefill, drafters and timings run on it unchanged)."""
         return SequenceView(self, seq)
@@ -200,6 +258,8 @@ class LlamaModel:
             slot = {row: i for i, row in enumerate(rows)}
             flat += [(item.seq, int(t), len(cached) + j, block[slot[j]] if j in slot else None)
                      for j, t in enumerate(item.tokens)]
+            if self.hidden is not None and item.tokens:
+                self.hidden.decoding(item.seq, len(cached))
         for start in range(0, len(flat), self.n_batch):
             self._decode_chunk(flat[start:start + self.n_batch])
         return [block[order] if order != list(range(len(block))) else block
@@ -219,44 +279,22 @@ class LlamaModel:
         self.decode_seconds += time.perf_counter() - started
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
+        hidden = self.hidden.read(self._ctx, len(chunk)) if self.hidden is not None else None
+        counts: dict[int, int] = {}
         for j, (seq, token, _, target) in enumerate(chunk):
             self._seqs[seq].append(token)
+            counts[seq] = counts.get(seq, 0) + 1
+            if hidden is not None:
+                self.hidden.append(seq, hidden[j])
             if target is not None:
                 target[:] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
-
-    def rollback(self, position: int) -> None:
-        """Drop every cached token of sequence 0 at ``position`` and after (the cache keeps [0, position))."""
-        self.rollback_seq(0, position)
-
-    def rollback_seq(self, seq: int, position: int) -> None:
-        if position < len(self._seqs[seq]):
-            _llama.llama_memory_seq_rm(self._memory, seq, position, -1)
-            del self._seqs[seq][position:]
-
-    def reset(self) -> None:
-        _llama.llama_memory_clear(self._memory, True)
-        for tokens in self._seqs:
-            tokens.clear()
-
-    def clear_seq(self, seq: int) -> None:
-        """Empty one sequence (a finished slot, before it is refilled); the others keep their caches."""
-        _llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
-        self._seqs[seq].clear()
-
-    def share_prefix(self, src: int, dst: int, length: int) -> None:
-        """Make sequence ``dst`` hold the first ``length`` cached tokens of ``src`` without decoding them (a
-        prompt another sequence already prefilled). Each sequence has its own KV stream and llama.cpp copies
-        only whole streams: copy it all, then drop the rest. The data copy runs at the start of the next decode
-        on this context (a memcpy of the stream, ~0.1 s for the 1.5B verifier at 4096 tokens per sequence, which
-        that decode's time includes) — against seconds of prefill on a CPU."""
-        if src == dst or length > len(self._seqs[src]):
-            raise ValueError(f"cannot share {length} tokens of sequence {src} with sequence {dst}")
-        _llama.llama_memory_seq_cp(self._memory, src, dst, -1, -1)  # replaces all of dst's cells
-        if not _llama.llama_memory_seq_rm(self._memory, dst, length, -1):
-            raise RuntimeError("llama.cpp cannot trim a copied sequence of this model (recurrent memory)")
-        self._seqs[dst][:] = self._seqs[src][:length]  # in place: cached_tokens hands out this list
+        if self._snapshots is not None:  # the snapshots now cover this decode's tokens of each sequence
+            for seq, count in counts.items():
+                self._snapshots.decoded(seq, count)
 
     def close(self) -> None:
+        for _, closing in getattr(self, "_followers", ()):
+            closing()
         if getattr(self, "_ctx", None):
             _llama.llama_batch_free(self._batch)
             _llama.llama_free(self._ctx)
