@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="colour tokens by verdict (auto: when writing to a terminal)")
     gen.add_argument("--measure-c-rel", action="store_true", help="time one step of each model first")
 
-    bench = sub.add_parser("bench", help="measure c_rel, v(k) and speed-up per draft length on this machine")
+    bench = sub.add_parser("bench", help="c_rel, v(k), wall-clock vs predicted speed-up per draft length here")
     add_model_options(bench)
     add_sampling_options(bench, temperature=0.0)
     from relaxtui.commands import bench as bench_command

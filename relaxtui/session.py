@@ -9,9 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from relaxtui.decoding.drafters import Drafter, ModelDrafter
-from relaxtui.decoding.ngram import NgramDrafter
-from relaxtui.decoding.vocab import check_vocab
+from relaxtui.decoding.drafters import DRAFT_KINDS, Drafter, DrafterOptions, drafter_kind, make_drafter
 from relaxtui.engine.capacity import check_parallel
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.engine.text import ChatTemplate, Message
@@ -19,7 +17,8 @@ from relaxtui.errors import UserError
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.models.store import resolve_model
 
-DRAFT_KINDS = ("model", "ngram")
+__all__ = ["DRAFT_KINDS", "LoadedPair", "ModelOptions", "chat_template", "conversation_tokens", "load_drafter",
+           "load_pair", "prompt_tokens"]
 
 
 @dataclass(frozen=True)
@@ -29,15 +28,14 @@ class ModelOptions:
     ctx_size: int = 4096
     threads: int | None = None
     gpu_layers: int = 0
-    draft_kind: str = "model"  # "model" (a GGUF drafter) or "ngram" (prompt lookup, no model)
+    draft_kind: str = "model"  # one of DRAFT_KINDS: "model" (a GGUF drafter), "ngram" (prompt lookup, no model)
     ngram_min: int = 1
     ngram_max: int = 3
     draft_p_min: float = 0.0
     parallel: int = 1  # sequences per context (K): --parallel; ctx_size is per sequence
 
     def __post_init__(self) -> None:
-        if self.draft_kind not in DRAFT_KINDS:
-            raise UserError(f"unknown drafter kind {self.draft_kind!r}; known: {', '.join(DRAFT_KINDS)}")
+        drafter_kind(self.draft_kind)  # an unknown kind: one line
         if not 0.0 <= self.draft_p_min < 1.0:
             raise UserError(f"--draft-p-min must be in [0, 1) (got {self.draft_p_min})")
         if self.ctx_size < 16:
@@ -55,41 +53,61 @@ class LoadedPair:
     verifier: LlamaModel
     drafter: Drafter | None
     verifier_path: Path
-    drafter_path: Path | None
+    drafter_path: Path | None  # the drafter's own GGUF, when its kind loads one
+
+    @property
+    def drafter_name(self) -> str:
+        """What runs and profiles call the drafter: its model file's name, else its kind; "none" without one."""
+        return self.drafter.traits.label if self.drafter is not None else "none"
 
     def close(self) -> None:
-        model = getattr(self.drafter, "model", None)
-        if model is not None and model is not self.verifier:
-            model.close()
+        if self.drafter is not None:
+            self.drafter.close()
         self.verifier.close()
 
 
+def _gpu_layers(option: int) -> int:
+    """--gpu-layers as llama.cpp's n_gpu_layers (-1 = every layer)."""
+    return 10_000 if option == -1 else option
+
+
+def _drafter_options(options: ModelOptions, path: Path | None) -> DrafterOptions:
+    return DrafterOptions(kind=options.draft_kind, model=path, p_min=options.draft_p_min, ngram_min=options.ngram_min,
+                          ngram_max=options.ngram_max, n_ctx=options.ctx_size, n_seq=options.parallel,
+                          threads=options.threads, gpu_layers=_gpu_layers(options.gpu_layers))
+
+
+def _drafter_path(options: ModelOptions) -> Path | None:
+    if options.drafter is None or not drafter_kind(options.draft_kind).model_file:
+        return None
+    return resolve_model(options.drafter)
+
+
 def load_pair(options: ModelOptions) -> LoadedPair:
-    """Resolve and load both models, then check their vocabularies before anything runs."""
+    """Resolve and load both models (the drafter through the one factory, with every option), checking their
+    vocabularies before anything runs."""
     verifier_path = resolve_model(options.verifier)
-    use_model = options.drafter is not None and options.draft_kind == "model"
-    drafter_path = resolve_model(options.drafter) if use_model else None
-    gpu_layers = 10_000 if options.gpu_layers == -1 else options.gpu_layers
+    drafter_path = _drafter_path(options)
     check_parallel(options.parallel, [verifier_path, *([drafter_path] if drafter_path else [])], options.ctx_size)
-    verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads, n_gpu_layers=gpu_layers,
-                          n_seq=options.parallel)
-    drafter: Drafter | None = None
-    if options.drafter is not None and options.draft_kind == "ngram":
-        try:
-            drafter = NgramDrafter(verifier.n_vocab, n_min=options.ngram_min, n_max=options.ngram_max)
-        except BaseException:
-            verifier.close()
-            raise
-    if drafter_path is not None:
-        try:
-            draft_model = LlamaModel(drafter_path, n_ctx=options.ctx_size, n_threads=options.threads,
-                                     n_gpu_layers=gpu_layers, n_seq=options.parallel)
-            check_vocab(verifier, draft_model, names=(verifier_path.name, drafter_path.name))
-        except BaseException:
-            verifier.close()
-            raise
-        drafter = ModelDrafter(draft_model, verifier.n_vocab, p_min=options.draft_p_min)
+    speculative = options.drafter is not None
+    # a kind that drafts from the verifier's hidden rows (an MTP head) needs a verifier that keeps them
+    keep_hidden = {"mtp": True} if speculative and drafter_kind(options.draft_kind).needs_hidden_states else {}
+    verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads,
+                          n_gpu_layers=_gpu_layers(options.gpu_layers), n_seq=options.parallel, **keep_hidden)
+    try:
+        drafter = make_drafter(_drafter_options(options, drafter_path), verifier) if speculative else None
+    except BaseException:
+        verifier.close()
+        raise
     return LoadedPair(verifier, drafter, verifier_path, drafter_path)
+
+
+def load_drafter(options: ModelOptions, verifier: LlamaModel) -> Drafter | None:
+    """The drafter ``options`` name for an already loaded verifier (None = the verifier alone): the chat's drafter
+    switch, built by the same factory as ``load_pair`` with the same options (GPU layers, p-min, n-gram sizes)."""
+    if options.drafter is None:
+        return None
+    return make_drafter(_drafter_options(options, _drafter_path(options)), verifier)
 
 
 def chat_template(model: LlamaModel) -> ChatTemplate:

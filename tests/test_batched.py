@@ -221,3 +221,64 @@ def test_time_the_caller_spends_between_results_is_not_decode_time(markov_pair):
         seen.append(finished.metrics.decode_s)
         now[0] += 100.0  # the caller's work
     assert len(seen) == 3 and seen == [0.0, 0.0, 0.0]
+
+
+# -- stream_many: jobs taken while it runs, every event, per-job stop and drafter ------------------------------------
+class Source:
+    """A job source that records how it was asked (block only when nothing is live)."""
+
+    def __init__(self, jobs):
+        self.jobs, self.asked = list(jobs), []
+
+    def take(self, *, block):
+        self.asked.append(block)
+        return self.jobs.pop(0) if self.jobs else None
+
+
+def test_stream_many_yields_each_jobs_events_as_the_one_sequence_loop_does(markov_pair):
+    from relaxtui.decoding.batched import stream_many
+    from relaxtui.decoding.events import TokenEvent
+
+    target, draft = markov_pair
+    jobs = [Job([i, 1], GenerationConfig(draft_max=2, max_tokens=7 + i, sampling=PLAIN, seed=i, top_alternatives=2),
+                make("cactus", 1.0), tag=i) for i in range(5)]
+    source = Source(jobs)
+    events: dict[int, list] = {}
+    for job, event in stream_many(multi(target, 2), source, drafter=ModelDrafter(multi(draft, 2), VOCAB)):
+        events.setdefault(job.tag, []).append(event)
+    assert source.asked[0] is True and source.asked[1] is False  # it waits for a job only when none is live
+    for job in jobs:
+        lone = list(generate(multi(target, 1), job.prompt, job.config, drafter=ModelDrafter(multi(draft, 1), VOCAB),
+                             rule=job.rule))
+        mine = events[job.tag]
+        assert isinstance(mine[-1], Finished) and mine[-1].token_ids == lone[-1].token_ids
+        assert [(e.index, e.token_id, e.verdict, e.top_p) for e in mine[:-1] if isinstance(e, TokenEvent)] == [
+            (e.index, e.token_id, e.verdict, e.top_p) for e in lone[:-1]]
+
+
+def test_a_jobs_own_stop_ends_it_alone_and_its_slot_takes_the_next(markov_pair):
+    from relaxtui.decoding.batched import stream_many
+
+    target, draft = markov_pair
+    polls = iter([False, True] + [True] * 100)
+    config = GenerationConfig(draft_max=2, max_tokens=10, sampling=PLAIN)
+    jobs = [Job([0], config, tag="gone", should_stop=polls.__next__), Job([1], config, tag="a"),
+            Job([2], config, tag="b")]
+    finished = {job.tag: e for job, e in stream_many(multi(target, 2), Source(jobs),
+                                                      drafter=ModelDrafter(multi(draft, 2), VOCAB))
+                if isinstance(e, Finished)}
+    assert finished["gone"].metrics.finish_reason == "stopped" and finished["gone"].metrics.rounds == 1
+    assert finished["a"].metrics.finish_reason == finished["b"].metrics.finish_reason == "max_tokens"
+
+
+def test_a_job_may_draft_with_another_drafter_than_the_loops(markov_pair):
+    target, draft = markov_pair
+    prompt = [1, 2, 3, 1, 2]
+    config = GenerationConfig(draft_max=2, max_tokens=8, sampling=GREEDY)
+    lookup = NgramDrafter()
+    jobs = [Job(prompt, config, tag="ngram", drafter=lookup), Job(prompt, config, tag="model")]
+    results = run_many(multi(target, 2), jobs, ModelDrafter(multi(draft, 2), VOCAB))
+    *_, alone = generate(multi(target, 1), prompt, config, drafter=NgramDrafter())
+    assert results["ngram"].token_ids == alone.token_ids
+    assert results["ngram"].metrics.draft_lengths == alone.metrics.draft_lengths
+    assert results["model"].token_ids == run_one(target, draft, jobs[1]).token_ids

@@ -164,10 +164,15 @@ def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path
     assert result["baseline_tokens_per_s"] > 0 and result["peak_rss_mb"] > 0
     assert [run["n"] for run in result["runs"]] == [1, 2]
     for run in result["runs"]:
-        for key in ("tokens_per_s", "speedup", "predicted_speedup", "acceptance_rate", "python_share"):
+        for key in ("tokens_per_s", "speedup", "wall_clock_speedup", "predicted_speedup", "acceptance_rate",
+                    "python_share"):
             assert run[key] >= 0, key
+        assert run["wall_clock_speedup"] == run["speedup"] and run["priced_speedup"] == run["proxy_speedup"]
         assert run["acceptance_rate"] > 0.9  # the model drafting for itself
-    assert sum(run["best"] for run in result["runs"]) == 1
+    # one N marked best, or none and a note saying why (whether a run was disturbed is the machine's doing)
+    best = [run["n"] for run in result["runs"] if run["best"]]
+    assert best == [result["best_n"]] if best else (result["best_n"] is None and result["best_note"])
+    assert isinstance(profile.timing_spread, float) and isinstance(profile.timing_stable, bool)
 
 
 @pytest.mark.model
@@ -175,8 +180,9 @@ def test_bench_text_marks_the_best_n(capsys, test_model_path):
     assert main(["bench", "--verifier", str(test_model_path), "--draft-kind", "ngram", "--n-max", "2",
                  "--max-tokens", "8", "--prompts", "1", "--repeats", "2", "--ctx-size", "512"]) == 0
     out = capsys.readouterr().out
-    assert "c_rel" in out and "v(k)" in out and out.count("<- best") == 1
-    assert "predicted" in out and "break-even" in out
+    # one N marked best, or none and the line saying why (a busy machine may leave every N unstable)
+    assert "c_rel" in out and "v(k)" in out and out.count("<- best") + out.count("no N marked best") == 1
+    assert "wall-clock" in out and "predicted" in out and "break-even" in out
 
 
 def test_bench_says_when_speculation_is_slower_or_when_measurement_and_model_disagree():
@@ -189,9 +195,9 @@ def test_bench_says_when_speculation_is_slower_or_when_measurement_and_model_dis
 
     assert slower_line(result(1.2, 1.1)) is None
     slower = slower_line(result(0.8, 0.82))
-    assert slower.startswith("speculation is slower than the verifier alone here: best N=3 measured 0.80x")
+    assert slower.startswith("speculation is slower than the verifier alone here: best N=3 wall-clock 0.80x")
     assert "mean accepted length of 4.10 to break even (it reached 3.20)" in slower
-    assert slower_line(result(1.3, 0.8)).startswith("measured and predicted disagree: best N=3 measured 1.30x")
+    assert slower_line(result(1.3, 0.8)).startswith("wall-clock and predicted disagree: best N=3 wall-clock 1.30x")
 
 
 def test_bench_refuses_a_profile_that_cannot_price_its_draft_lengths(capsys, tmp_path):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.drafters import DraftRequest, ModelDrafter
 from relaxtui.decoding.events import TokenEvent
-from relaxtui.decoding.loop import DraftLength, GenerationConfig, generate
+from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.ngram import NgramDrafter
+from relaxtui.decoding.round import DraftLength
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.rules import make
@@ -39,10 +40,16 @@ def test_ngram_prefers_the_longest_match():
     assert NgramDrafter(10, n_min=1, n_max=1).propose([1, 2, 3, 0, 2, 5, 1, 2], 1) == [5]
 
 
-def test_ngram_draft_is_one_hot():
-    draft = NgramDrafter(6).draft([1, 2, 1], 2, GREEDY, np.random.default_rng(0))
-    assert draft.tokens == [2, 1] and draft.logits is None
-    assert np.array_equal(draft.probs, np.eye(6)[[2, 1]])
+def request(context, n, sampling=GREEDY, seq=0):
+    return DraftRequest(seq, context, n, sampling, np.random.default_rng(0))
+
+
+def test_ngram_draft_has_no_distribution():
+    """The lookup proposes tokens only; its traits say so, and the loop makes q one-hot (test_drafter_interface)."""
+    drafter = NgramDrafter(n_min=1, n_max=3)
+    (draft,) = drafter.draft([request([1, 2, 1], 2)])
+    assert draft.tokens == [2, 1] and draft.probs is None and draft.logits is None
+    assert not drafter.traits.has_distribution and not drafter.traits.can_extend
 
 
 def test_ngram_sizes_are_validated():
@@ -75,11 +82,11 @@ def flat_after(token: int) -> np.ndarray:
 
 
 def test_p_min_stops_drafting_when_the_drafter_is_unsure():
-    drafter = ModelDrafter(fake(flat_after(2)), VOCAB, p_min=0.5)
-    draft = drafter.draft([0], 4, SamplingParams(1.0, 0, 1.0), np.random.default_rng(0))
+    plain = SamplingParams(1.0, 0, 1.0)
+    (draft,) = ModelDrafter(fake(flat_after(2)), VOCAB, p_min=0.5).draft([request([0], 4, plain)])
     assert draft.tokens == [1, 2]  # after 2 the drafter's max q is 1/6 < 0.5: stop
-    assert len(ModelDrafter(fake(flat_after(2)), VOCAB).draft([0], 4, SamplingParams(1.0, 0, 1.0),
-                                                              np.random.default_rng(0)).tokens) == 4
+    (draft,) = ModelDrafter(fake(flat_after(2)), VOCAB).draft([request([0], 4, plain)])
+    assert len(draft.tokens) == 4
 
 
 def test_draft_min_drops_short_drafts():

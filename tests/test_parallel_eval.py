@@ -11,8 +11,8 @@ from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.engine.capacity import capacity, check_parallel
 from relaxtui.errors import UserError
+from relaxtui.evals.executors import ParallelExecutor
 from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.parallel import ParallelExecutor
 from relaxtui.evals.results import ResultsStore
 from relaxtui.evals.runner import run_eval
 from relaxtui.evals.tasks import get

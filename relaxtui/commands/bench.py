@@ -1,4 +1,4 @@
-"""`relaxtui bench`: this machine's costs, and measured against predicted speed-up for N = 1..N_max."""
+"""`relaxtui bench`: this machine's costs, and the wall-clock against the predicted speed-up for N = 1..N_max."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from relaxtui.commands.common import INT32_MAX, int_option, model_options, sampl
 from relaxtui.costmodel.bench import BENCH_PROMPTS, BenchResult, run_bench
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.costmodel.profiles import load_profile
+from relaxtui.costmodel.timing import UNSTABLE_ADVICE
 from relaxtui.decoding.loop import GenerationConfig
 from relaxtui.errors import UserError
 from relaxtui.session import load_pair, prompt_tokens
@@ -99,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(result.as_dict()) if args.json else render(result, pair.verifier_path.name, drafter_name))
     if args.save_profile is not None and not args.json:
         print(f"wrote this machine's cost profile to {args.save_profile}")
+        if not result.costs.get("stable", True):  # the file records it too (timing_stable, timing_spread)
+            print(f"warning: its timings were unstable; {UNSTABLE_ADVICE} before pricing with it", file=sys.stderr)
     return 0
 
 
@@ -197,17 +200,29 @@ def printable(text: str, limit: int = 200) -> str:
 
 def slower_line(result: BenchResult) -> str | None:
     """One line when speculation does not beat the verifier alone here, with what it would take; or when the
-    measurement and the cost model disagree about it (a busy machine during the run)."""
+    wall clock and the cost model disagree about it (a busy machine during the run). None without a best N."""
     best = result.best
-    if best.speedup >= 1.0 and best.predicted_speedup >= 1.0:
+    if best is None or (best.speedup >= 1.0 and best.predicted_speedup >= 1.0):
         return None
-    need = (f"at N={best.n} it would need a mean accepted length of {best.break_even_length:.2f} to break even "
-            f"(it reached {best.mean_accepted_length:.2f})")
+    need = ""
+    if best.mean_accepted_length < best.break_even_length:  # a break-even is shown only when the run is below it
+        need = (f"; at N={best.n} it would need a mean accepted length of {best.break_even_length:.2f} to break even "
+                f"(it reached {best.mean_accepted_length:.2f})")
     if best.speedup >= 1.0:
-        return (f"measured and predicted disagree: best N={best.n} measured {best.speedup:.2f}x but the calibrated "
-                f"costs predict {best.predicted_speedup:.2f}x ({need}); was the machine busy? rerun with more --passes")
-    return (f"speculation is slower than the verifier alone here: best N={best.n} measured {best.speedup:.2f}x "
-            f"(predicted {best.predicted_speedup:.2f}x); {need}")
+        return (f"wall-clock and predicted disagree: best N={best.n} wall-clock {best.speedup:.2f}x the verifier "
+                f"alone but the calibrated costs predict {best.predicted_speedup:.2f}x{need}; was the machine busy? "
+                "rerun with more --passes")
+    return (f"speculation is slower than the verifier alone here: best N={best.n} wall-clock {best.speedup:.2f}x "
+            f"(predicted {best.predicted_speedup:.2f}x){need}")
+
+
+def _calibration_line(costs: dict[str, object]) -> str:
+    """How far the calibrated costs can be trusted: their widest spread, and why they are unstable if they are."""
+    spread = float(costs.get("spread", 0.0))  # type: ignore[arg-type]
+    if costs.get("stable", True):
+        return f"calibration: stable, widest spread of a part ±{spread / 2:.0%} (after warm-up and outlier rejection)"
+    return (f"calibration: UNSTABLE ({costs.get('unstable_reason')}); predicted numbers are uncertain — "
+            f"{UNSTABLE_ADVICE}")
 
 
 def render(result: BenchResult, verifier: str, drafter: str) -> str:
@@ -216,6 +231,9 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
     verify = " ".join(f"{1e3 * x:.1f}" for x in costs["verify_s"])  # type: ignore[union-attr]
     draft = " ".join(f"{1e3 * x:.1f}" for x in costs["draft_s"])  # type: ignore[union-attr]
     profile_names = list(result.runs[0].proxy_speedup) if result.runs else []
+    priced = [f"priced ({name[:20]})" for name in profile_names]
+    width = max((len(p) for p in priced), default=0)
+    baseline = "" if result.baseline_stable else f"  UNSTABLE: {result.baseline_unstable_reason}"
     lines = [
         f"verifier  {verifier}: {result.verifier_step_s * 1e3:.1f} ms per decoded token",
         f"drafter   {drafter}: {result.drafter_step_s * 1e3:.1f} ms per decoded token",
@@ -224,22 +242,36 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         f"round costs (ms, decode + sampling + rule, calibrated): verify block k=1..: {verify}; "
         f"draft n=1..: {draft}; re-sync +{1e3 * costs['resync_extra_s']:.1f}; "  # type: ignore[operator]
         f"per token {1e3 * costs['emit_s']:.2f}",  # type: ignore[operator]
-        f"baseline  {result.baseline_tokens_per_s:.2f} tokens/s (verifier alone; python share "
-        f"{result.baseline_python_share:.1%})",
+        _calibration_line(costs),
+        f"verifier alone  {result.baseline_tokens_per_s:.2f} tokens/s wall-clock (interleaved in this run; python "
+        f"share {result.baseline_python_share:.1%}){baseline}",
         "",
-        f"{'N':>3} {'tok/s':>7} {'measured':>9} {'predicted':>9} {'error':>6} {'accept':>7} {'mean len':>8} "
-        f"{'break-even':>10} {'python':>7}" + "".join(f" {name[:22]:>22}" for name in profile_names),
+        f"{'N':>3} {'tok/s':>7} {'wall-clock':>10} {'predicted':>9} {'error':>6} {'accept':>7} {'mean len':>8} "
+        f"{'break-even':>10} {'python':>7}" + "".join(f" {p:>{width}}" for p in priced),
     ]
     for run_ in result.runs:
-        mark = "  <- best" if run_.best else ""
-        proxies = "".join(f" {run_.proxy_speedup[name]:21.3f}x" for name in profile_names)
-        lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:8.3f}x {run_.predicted_speedup:8.3f}x "
+        mark = "  <- best" if run_.best else ("  unstable" if not run_.stable else "")
+        proxies = "".join(f" {run_.proxy_speedup[name]:{width - 1}.3f}x" for name in profile_names)
+        below = run_.mean_accepted_length < run_.break_even_length
+        even = f"{run_.break_even_length:10.3f}" if below else f"{'–':>10}"
+        lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:9.3f}x {run_.predicted_speedup:8.3f}x "
                      f"{run_.prediction_error:+6.3f} {run_.acceptance_rate:7.3f} {run_.mean_accepted_length:8.3f} "
-                     f"{run_.break_even_length:10.3f} {run_.python_share:6.1%}{proxies}{mark}")
+                     f"{even} {run_.python_share:6.1%}{proxies}{mark}")
     settings = ", ".join(f"{k}={v}" for k, v in result.settings.items())
     lines += ["", f"peak RSS  {result.peak_rss_mb:.0f} MiB   ({settings})",
-              "measured = tokens/s over the verifier alone's; predicted = calibrated costs x each run's own rounds; "
-              "break-even = the mean accepted length N needs to match the verifier alone here"]
+              "wall-clock = tokens/s over the verifier alone's, both timed in this run on this machine (interleaved, "
+              "same prompts and seeds)",
+              "predicted = this machine's calibrated costs pricing each run's own rounds, against the verifier alone "
+              "priced the same way (error = predicted - wall-clock)"]
+    if priced:
+        lines.append("priced (P) = the same rounds priced under cost profile P, against the verifier alone under P")
+    lines.append("break-even = the mean accepted length N needs to match the verifier alone here (shown only where "
+                 "the run is below it); the best N is the highest wall-clock speed-up among the stable Ns")
+    for run_ in result.runs:
+        if not run_.stable:
+            lines.append(f"N={run_.n} unstable: {run_.unstable_reason}; {UNSTABLE_ADVICE}")
+    if result.best_note is not None:
+        lines.append(result.best_note)
     if (line := slower_line(result)) is not None:
         lines.append(line)
     return "\n".join(lines)

@@ -14,7 +14,6 @@ from relaxtui.commands.common import generation_config, model_options
 from relaxtui.costmodel.auto import AutoChoice, choose_draft_length, position_acceptance, slower_line
 from relaxtui.costmodel.bench import peak_rss_mb
 from relaxtui.costmodel.calibrate import calibrate, typical_context
-from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.rules import Rule, make, split_spec
@@ -38,11 +37,10 @@ def run(args: argparse.Namespace) -> int:
             print(choice.line() if choice is not None else "--draft-max auto: 0 (no drafter)", file=sys.stderr)
             config = replace(config, draft_max=choice.draft_max if choice is not None else 0)
         c_rel = None
-        draft_model = getattr(pair.drafter, "model", None)
-        if args.measure_c_rel and draft_model is not None:
+        if args.measure_c_rel and pair.drafter is not None and pair.drafter.traits.holds_model:
             from relaxtui.costmodel.measure import measure_c_rel
 
-            c_rel = measure_c_rel(pair.verifier, draft_model)
+            c_rel = measure_c_rel(pair.verifier, pair.drafter)
         colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
         out = sys.stdout
         # Ctrl-C stops at the next round boundary and still reports what was generated.
@@ -81,15 +79,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_drafter(pair: LoadedPair) -> ModelDrafter | None:
-    return pair.drafter if isinstance(pair.drafter, ModelDrafter) else None
-
-
 def auto_draft_length(pair: LoadedPair, tokens: list[int], config: GenerationConfig, rule: Rule) -> AutoChoice | None:
     """Calibrate this machine, estimate acceptance on this prompt (a short probe at the largest N), choose N."""
     if pair.drafter is None:
         return None
-    costs = calibrate(pair.verifier, _model_drafter(pair), max_block=AUTO_MAX_DRAFT + 1, sampling=config.sampling,
+    costs = calibrate(pair.verifier, pair.drafter, max_block=AUTO_MAX_DRAFT + 1, sampling=config.sampling,
                       rule=rule, context=typical_context(tokens, config.max_tokens), repeats=3, seed=config.seed)
     probe = replace(config, draft_max=AUTO_MAX_DRAFT, max_tokens=min(PROBE_TOKENS, config.max_tokens))
     metrics = next(e.metrics for e in generate(pair.verifier, tokens, probe, drafter=pair.drafter, rule=rule)
@@ -104,7 +98,7 @@ def predicted_slower(pair: LoadedPair, tokens: list[int], config: GenerationConf
     n = max(metrics.draft_lengths, default=0)
     if n == 0:
         return None
-    costs = calibrate(pair.verifier, _model_drafter(pair), max_block=n + 1, sampling=config.sampling,
+    costs = calibrate(pair.verifier, pair.drafter, max_block=n + 1, sampling=config.sampling,
                       context=typical_context(tokens, config.max_tokens), repeats=3, seed=config.seed)
     return slower_line(costs, config.draft_max, metrics.mean_accepted_length, metrics.draft_lengths,
                        metrics.full_accept_rounds, metrics.output_tokens)

@@ -98,7 +98,8 @@ def _list() -> int:
 
 
 def _pair(args: argparse.Namespace) -> int:
-    from relaxtui.models.pairing import installed_candidates, pair
+    from relaxtui.costmodel.timing import K_OUTLIER, UNSTABLE_ADVICE
+    from relaxtui.models.pairing import installed_candidates, pair, recommended
 
     if args.ctx_size < 16 or args.repeats < 1:
         raise UserError("--ctx-size must be at least 16 and --repeats at least 1")
@@ -106,21 +107,34 @@ def _pair(args: argparse.Namespace) -> int:
     candidates = [resolve_model(name) for name in args.candidates] or installed_candidates()
     if not [path for path in candidates if path.resolve() != verifier.resolve()]:
         raise UserError("no candidate drafters: name some, or add GGUFs to ggml_models/ (`relaxtui models pull`)")
-    _out(f"verifier {verifier.name}: timing one step of each model (n_ctx {args.ctx_size}, {args.repeats} repeats)",
-          flush=True)
+    _out(f"verifier {verifier.name}: timing one step of each model (n_ctx {args.ctx_size}, {args.repeats} repeats "
+         f"after a warm-up, outliers beyond {K_OUTLIER:g} MADs dropped)", flush=True)
     verifier_step, results = pair(verifier, candidates, n_ctx=args.ctx_size, repeats=args.repeats,
                                   threads=args.threads,
                                   progress=lambda name: _out(f"  checking {name}", file=sys.stderr, flush=True))
     if verifier_step is not None:
-        _out(f"verifier step {verifier_step * 1e3:.1f} ms (median)", flush=True)
+        _out(f"verifier step {verifier_step * 1e3:.1f} ms (median, warm)", flush=True)
     _out(flush=True)
     compatible = [result for result in results if result.reason is None]
     if compatible:
-        _out(f"{'drafter':44} {'size':>9} {'quant':7} {'c_rel':>6}")
+        _out(f"{'drafter':44} {'size':>9} {'quant':7} {'c_rel':>6} {'spread':>6}")
         for result in compatible:
-            _out(f"{result.path.name:44} {result.size / 2**20:7.0f} M {result.quantisation:7} {result.c_rel:6.2f}")
-        _out("\nc_rel = one drafter step in verifier steps (lower is cheaper); a draft of N tokens costs N x c_rel.")
-        _out(f"Use one: --drafter {compatible[0].path.name}; measure acceptance and speed-up with `relaxtui bench`.")
+            spread = f"±{result.spread / 2:.0%}" if result.spread is not None else "–"
+            note = "" if result.stable else f"  unstable: {UNSTABLE_ADVICE}; {result.unstable_reason}"
+            _out(f"{result.path.name:44} {result.size / 2**20:7.0f} M {result.quantisation:7} {result.c_rel:6.2f} "
+                 f"{spread:>6}{note}")
+        _out("\nc_rel = one drafter step in verifier steps (lower is cheaper); a draft of N tokens costs N x c_rel; "
+             "spread = half the range of the kept samples, relative to their median.")
+        choice = recommended(results)
+        unsteady = sum(not result.stable for result in compatible)
+        if unsteady:
+            _out(f"{unsteady} timed unstable (listed last, never recommended): their c_rel may be far off; "
+                 f"{UNSTABLE_ADVICE} to rank them.")
+        if choice is not None:
+            _out(f"Use one: --drafter {choice.path.name}; measure acceptance and speed-up with `relaxtui bench`.")
+        else:
+            _out(f"No recommendation: no candidate's timing was stable; {UNSTABLE_ADVICE} "
+                 f"(`relaxtui models pair {args.verifier}`).")
     else:
         _out("no installed model can draft for this verifier; try `relaxtui models suggest " + args.verifier + "`")
     rejected = [result for result in results if result.reason is not None]

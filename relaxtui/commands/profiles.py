@@ -36,6 +36,9 @@ def describe(profile: CostProfile, drafts: range = range(0, 9)) -> str:
         lines.append("  also: " + ", ".join(extras))
     if profile.source:
         lines.append(f"  source: {profile.source}")
+    if profile.timing_spread is not None:  # a calibrated profile: how far its times can be trusted
+        verdict = "stable" if profile.timing_stable is not False else "UNSTABLE: re-run on an idle machine"
+        lines.append(f"  timings: {verdict}; widest spread of a part ±{profile.timing_spread / 2:.0%}")
     lines.append(f"  {'N':>3} {'round ms':>9} {'break-even mean accepted length':>32}")
     for n in drafts:
         try:

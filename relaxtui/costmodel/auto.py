@@ -63,12 +63,18 @@ class AutoChoice:
     predicted: dict[int, float]  # N -> predicted speed-up
     rates: tuple[float, ...]
     break_even: dict[int, float]  # N -> mean accepted length needed
+    unstable_reason: str | None = None  # the calibration's timings stayed implausible: the choice is uncertain
 
     @property
     def best_speculative(self) -> int:
         return max((n for n in self.predicted if n > 0), key=lambda n: self.predicted[n])
 
     def line(self) -> str:
+        caveat = (f"; this machine's timings were unstable ({self.unstable_reason}), so the choice is uncertain: "
+                  "re-run on an idle machine") if self.unstable_reason else ""
+        return self._line() + caveat
+
+    def _line(self) -> str:
         n = self.best_speculative
         expected = 1 + expected_accepted(self.rates, n)[0]
         if self.draft_max == 0:
@@ -85,7 +91,8 @@ def choose_draft_length(costs: LoopCosts, rates: Sequence[float], n_max: int | N
     predicted = {n: predicted_speedup(costs, rates, n) for n in range(0, n_max + 1)}
     even = {n: break_even_length(costs, n) for n in range(1, n_max + 1)}
     best = max(predicted, key=lambda n: (predicted[n], -n))
-    return AutoChoice(best if predicted[best] > 1.0 else 0, predicted, tuple(rates), even)
+    return AutoChoice(best if predicted[best] > 1.0 else 0, predicted, tuple(rates), even,
+                      None if costs.stable else costs.unstable_reason or "spread too wide")
 
 
 def priced_speedup(costs: LoopCosts, draft_lengths: Sequence[int], full_rounds: int, output_tokens: int) -> float:

@@ -1,12 +1,14 @@
-"""`relaxtui bench`: this machine's costs, then measured against predicted speed-up per draft length.
+"""`relaxtui bench`: this machine's costs, then the wall-clock against the predicted speed-up per draft length.
 
 Protocol: for each prompt of each pass, calibrate (every part of a round timed with the loop's own code,
 `calibrate`), then run the verifier alone and strict speculative decoding at N = 1..N_max on that prompt
 (greedy by default, so every run writes the same text), so drift in machine speed hits every config and the
 calibration alike; costs are the median over all calibrations. Predicted speed-up prices each run's own
 rounds (their draft lengths, fully accepted rounds, tokens) with the calibrated costs — times of the runs
-never enter the prediction, only their counters — and bench reports how far that lands from the measured
-ratio. Compute only: the CLI renders.
+never enter the prediction, only their counters — and bench reports how far that lands from the wall-clock
+ratio. Every run is also checked against the others (`timing.check_runs`): one whose wall time is far off what its
+own rounds price at is re-run, and an N still off is flagged unstable and never marked best. Compute only: the CLI
+renders.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import resource
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from relaxtui.costmodel.calibrate import LoopCosts, calibrate, typical_context
 from relaxtui.costmodel.measure import verify_curve
 from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
-from relaxtui.decoding.drafters import Drafter, ModelDrafter
+from relaxtui.costmodel.timing import UNSTABLE_ADVICE, check_runs, wall_vs_predicted_problem
+from relaxtui.decoding.drafting import Drafter
 from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.sampling import SamplingParams
@@ -40,7 +43,7 @@ BENCH_PROMPTS = (
 class BenchRun:
     n: int
     tokens_per_s: float
-    speedup: float  # measured: pooled tokens/s over the verifier alone's, same prompts and seeds
+    speedup: float  # wall-clock: pooled tokens/s over the verifier alone's, same prompts and seeds, this run
     predicted_speedup: float  # the calibrated costs pricing this run's own rounds
     acceptance_rate: float
     mean_accepted_length: float
@@ -49,6 +52,18 @@ class BenchRun:
     output_tokens: int
     proxy_speedup: dict[str, float] = field(default_factory=dict)  # profile name -> proxy speed-up
     best: bool = False
+    # the runs' self-check (`costmodel.timing`): each run's wall time over its own rounds priced by the
+    # calibration; a run far off the others is re-run, and left out (the N flagged) if it stays off
+    stable: bool = True
+    unstable_reason: str | None = None
+    spread: float = 0.0  # (max - min) / median of this N's kept runs' wall-over-priced ratios
+    reruns: int = 0
+    dropped: int = 0  # runs left out of the pooled tokens/s
+
+    @property
+    def wall_clock_speedup(self) -> float:
+        """``speedup`` by its name in bench's text and JSON: this run's wall clock, against the verifier alone."""
+        return self.speedup
 
     @property
     def prediction_error(self) -> float:
@@ -68,13 +83,24 @@ class BenchResult:
     peak_rss_mb: float
     drafter_kind: str
     settings: dict[str, object] = field(default_factory=dict)
+    baseline_stable: bool = True  # the verifier-alone runs passed the self-check (every ratio rests on them)
+    baseline_unstable_reason: str | None = None
+    best_note: str | None = None  # why no N, or not every N, could be marked best
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """asdict, plus issue 18's names: ``wall_clock_speedup`` and ``priced_speedup`` per run (the older
+        ``speedup`` and ``proxy_speedup`` stay, for scripts written against them) and ``best_n``."""
+        data = asdict(self)
+        for run in data["runs"]:
+            run["wall_clock_speedup"], run["priced_speedup"] = run["speedup"], dict(run["proxy_speedup"])
+        best = self.best
+        data["best_n"] = best.n if best is not None else None
+        return data
 
     @property
-    def best(self) -> BenchRun:
-        return next(run for run in self.runs if run.best)
+    def best(self) -> BenchRun | None:
+        """The N marked best; None when every N (or the verifier alone) was unstable."""
+        return next((run for run in self.runs if run.best), None)
 
 
 def peak_rss_mb() -> float:
@@ -100,7 +126,9 @@ def median_costs(samples: Sequence[LoopCosts]) -> LoopCosts:
         draft_s=tuple(med(c.draft_s[i] for c in samples) for i in range(len(samples[0].draft_s))),
         resync_extra_s=med([c.resync_extra_s for c in samples]), emit_s=med([c.emit_s for c in samples]),
         verifier_decode_s=med([c.verifier_decode_s for c in samples]),
-        drafter_decode_s=med([c.drafter_decode_s for c in samples]))
+        drafter_decode_s=med([c.drafter_decode_s for c in samples]),
+        spread=max(c.spread for c in samples), stable=all(c.stable for c in samples),
+        unstable_reason=next((c.unstable_reason for c in samples if not c.stable), None))
 
 
 def predicted_seconds(costs: LoopCosts, runs: Sequence[Metrics]) -> float:
@@ -126,11 +154,12 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
               passes: int = 2, profiles: Sequence[CostProfile] = (),
               progress: Callable[[str], None] = lambda _: None) -> BenchResult:
     sampling = sampling or SamplingParams(temperature=0.0)
-    model_drafter = drafter if isinstance(drafter, ModelDrafter) else None
     progress("timing the raw verify-cost curve v(k)")
     curve = verify_curve(verifier, n_max + 1, repeats=max(3, repeats // 2))
     progress("warm-up")
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=0, max_tokens=8, sampling=sampling), None)
+    _run_one(verifier, prompts[0], GenerationConfig(draft_max=min(2, n_max), max_tokens=8, sampling=sampling),
+             drafter)  # the drafter's pages and buffers too: the first pass over a model pays the page cache
     lengths = range(0, n_max + 1)
     collected: dict[int, list[Metrics]] = {n: [] for n in lengths}
     calibrations = []
@@ -138,30 +167,60 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
         for prompt_index, prompt in enumerate(prompts):
             progress(f"pass {pass_index + 1}/{passes}, prompt {prompt_index + 1}/{len(prompts)}: calibrating, "
                      f"then N=0..{n_max}")
-            calibrations.append(calibrate(verifier, model_drafter, max_block=n_max + 1, sampling=sampling,
+            calibrations.append(calibrate(verifier, drafter, max_block=n_max + 1, sampling=sampling,
                                           context=typical_context(prompt, max_tokens), repeats=repeats,
                                           seed=seed + pass_index))
             for n in lengths:
                 config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed)
                 collected[n].append(_run_one(verifier, prompt, config, drafter if n else None))
     costs = median_costs(calibrations)
-    base_tps, _, _, base_share, _ = _pooled(collected[0])
-    base_predicted = sum(m.output_tokens for m in collected[0]) / predicted_seconds(costs, collected[0])
-    machine = costs.profile("this machine", verifier=verifier.path.name, drafter=getattr(drafter, "kind", "?"),
+
+    def rerun(n: int, index: int) -> Metrics:
+        config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed)
+        return _run_one(verifier, prompts[index % len(prompts)], config, drafter if n else None)
+
+    check = check_runs(collected, lambda runs: predicted_seconds(costs, runs), rerun, progress)
+    kept = {n: check.kept(n, collected[n]) for n in lengths}
+    base_tps, _, _, base_share, _ = _pooled(kept[0])
+    base_predicted = sum(m.output_tokens for m in kept[0]) / predicted_seconds(costs, kept[0])
+    machine = costs.profile("this-machine", verifier=verifier.path.name, drafter=drafter.traits.kind,
                             hardware="this machine")
     runs = []
     for n in range(1, n_max + 1):
-        tps, acceptance, mean_length, share, tokens = _pooled(collected[n])
-        predicted_tps = tokens / predicted_seconds(costs, collected[n])
-        proxies = {p.name: proxy_speedup(p, tokens, [k for m in collected[n] for k in m.draft_lengths],
-                                         extra_draft_steps=sum(m.extra_draft_steps for m in collected[n]),
-                                         full_rounds=sum(m.full_accept_rounds for m in collected[n]))
+        tps, acceptance, mean_length, share, tokens = _pooled(kept[n])
+        predicted_tps = tokens / predicted_seconds(costs, kept[n])
+        proxies = {p.name: proxy_speedup(p, tokens, [k for m in kept[n] for k in m.draft_lengths],
+                                         extra_draft_steps=sum(m.extra_draft_steps for m in kept[n]),
+                                         full_rounds=sum(m.full_accept_rounds for m in kept[n]))
                    for p in profiles}
-        runs.append(BenchRun(n, tps, tps / base_tps if base_tps else 0.0, predicted_tps / base_predicted,
-                             acceptance, mean_length, machine.break_even_length(n), share, tokens, proxies))
-    best = max(runs, key=lambda r: r.speedup)
-    runs = [BenchRun(**{**asdict(r), "best": r is best}) for r in runs]
+        wall, predicted = tps / base_tps if base_tps else 0.0, predicted_tps / base_predicted
+        reason = check.reasons.get(n) or wall_vs_predicted_problem(wall, predicted)
+        runs.append(BenchRun(n, tps, wall, predicted, acceptance, mean_length, machine.break_even_length(n), share,
+                             tokens, proxies, stable=reason is None, unstable_reason=reason,
+                             spread=check.spreads.get(n, 0.0), reruns=check.reruns.get(n, 0),
+                             dropped=len(collected[n]) - len(kept[n])))
+    base_reason = check.reasons.get(0)
+    runs, best_note = mark_best(runs, base_reason)
     return BenchResult(costs.verifier_decode_s, costs.drafter_decode_s, costs.c_rel, curve, asdict(costs),
-                       base_tps, base_share, runs, peak_rss_mb(), getattr(drafter, "kind", "model"),
+                       base_tps, base_share, runs, peak_rss_mb(), drafter.traits.kind,
                        {"prompts": len(prompts), "passes": passes, "max_tokens": max_tokens,
-                        "temperature": sampling.temperature, "seed": seed})
+                        "temperature": sampling.temperature, "seed": seed},
+                       baseline_stable=base_reason is None, baseline_unstable_reason=base_reason, best_note=best_note)
+
+
+def mark_best(runs: Sequence[BenchRun], baseline_reason: str | None = None) -> tuple[list[BenchRun], str | None]:
+    """Mark the stable N with the highest wall-clock speed-up, and say why any N could not be considered. No N is
+    marked when the verifier-alone runs were unstable: every ratio rests on them."""
+    eligible = [r for r in runs if r.stable] if baseline_reason is None else []
+    best = max(eligible, key=lambda r: r.speedup) if eligible else None
+    marked = [replace(r, best=r is best) for r in runs]
+    if baseline_reason is not None:
+        return marked, (f"no N marked best: the verifier-alone runs were unstable ({baseline_reason}); "
+                        f"{UNSTABLE_ADVICE}")
+    left_out = [r for r in runs if not r.stable]
+    if not left_out:
+        return marked, None
+    names = ", ".join(f"N={r.n}" for r in left_out)
+    if best is None:
+        return marked, f"no N marked best: every N was unstable ({names}); {UNSTABLE_ADVICE}"
+    return marked, f"not considered for best, unstable: {names} ({UNSTABLE_ADVICE})"

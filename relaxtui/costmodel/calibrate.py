@@ -10,17 +10,18 @@ round the loop runs; bench checks the prediction against measured runs side by s
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from relaxtui.costmodel.profiles import CostProfile
+from relaxtui.costmodel.timing import Timing, c_rel_problem, measure_many, size_ratio
 from relaxtui.decoding.acceptance import Emitted, accept_round
 from relaxtui.decoding.backend import Backend
-from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.drafting import Drafter, DraftRequest
 from relaxtui.decoding.events import RoundTiming, Verdict
 from relaxtui.decoding.loop import _event
 from relaxtui.decoding.sampling import SamplingParams, process
@@ -48,6 +49,11 @@ class LoopCosts:
     emit_s: float  # per emitted token: end-of-generation check, detokenisation, the event
     verifier_decode_s: float  # one raw verifier decode: SPEC §3's c_rel and v(k) are defined on these
     drafter_decode_s: float
+    # how far to trust the numbers above (`costmodel.timing`): the widest relative range of any part's kept
+    # samples, whether every part passed the checks, and why not
+    spread: float = 0.0
+    stable: bool = True
+    unstable_reason: str | None = None
 
     @property
     def ar_step_s(self) -> float:
@@ -87,7 +93,7 @@ class LoopCosts:
             verify_ms={k: s * 1e3 for k, s in enumerate(self.verify_s, start=1)}, pricing="measured",
             source="relaxtui calibration: the loop's own functions timed on this machine",
             draft_round_ms=max(0.0, first - step) * 1e3, resync_ms=self.resync_extra_s * 1e3,
-            emit_ms=self.emit_s * 1e3)
+            emit_ms=self.emit_s * 1e3, timing_spread=self.spread, timing_stable=self.stable)
 
 
 def _extend(curve: Sequence[float], index: int) -> float:
@@ -102,14 +108,9 @@ def _extend(curve: Sequence[float], index: int) -> float:
 
 def _interleaved_medians(actions: Sequence[Callable[[], object]], repeats: int) -> list[float]:
     """Median seconds of each action, timed round-robin (a, b, c, a, b, c, …) so that a machine that slows down
-    or speeds up mid-calibration shifts every action alike and their ratios stay fair."""
-    times: list[list[float]] = [[] for _ in actions]
-    for _ in range(repeats):
-        for index, action in enumerate(actions):
-            started = time.perf_counter()
-            action()
-            times[index].append(time.perf_counter() - started)
-    return [statistics.median(t) for t in times]
+    or speeds up mid-calibration shifts every action alike and their ratios stay fair. Outliers are dropped and a
+    too-wide set re-measured (`timing.measure_many`); `calibrate` keeps the timings themselves."""
+    return [t.median for t in measure_many(actions, repeats=repeats, warmup=0)]
 
 
 def _verify_block(verifier: Backend, k: int, sampling: SamplingParams, rule: Rule,
@@ -137,18 +138,20 @@ def _emit_seconds(verifier: Backend, tokens: Sequence[int], repeats: int = 200) 
     return (time.perf_counter() - started) / repeats
 
 
-def calibrate(verifier: Backend, drafter: ModelDrafter | None, *, max_block: int, sampling: SamplingParams,
+def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sampling: SamplingParams,
               rule: Rule | None = None, context: Sequence[int] = DEFAULT_CONTEXT, repeats: int = 5,
               seed: int = 0) -> LoopCosts:
-    """Time every part of a round for blocks of 1..max_block tokens (drafts of 0..max_block-1). Leaves both
-    caches empty, as a fresh generation expects (its prefill decodes the prompt again)."""
+    """Time every part of a round for blocks of 1..max_block tokens (drafts of 0..max_block-1); drafting is timed
+    for a drafter that declares it runs a model (sequence 0), else priced at nothing. Leaves both caches empty, as
+    a fresh generation expects (its prefill decodes the prompt again)."""
     rule = rule or Strict()
     rng = np.random.default_rng(seed)
-    room = min(verifier.n_ctx, drafter.model.n_ctx if drafter is not None else verifier.n_ctx) - max_block - 4
+    timed_drafter = drafter if drafter is not None and drafter.traits.holds_model else None
+    held = timed_drafter.traits.n_ctx if timed_drafter is not None else None
+    room = min(verifier.n_ctx, held if held is not None else verifier.n_ctx) - max_block - 4
     context = list(context)[-max(room, 2):]  # a small --ctx-size still calibrates (on a shorter context)
     verifier.reset()
     verifier.decode(context)
-    model = drafter.model if drafter is not None else None
     extended = [*context, context[0], context[1]]
 
     def verify(k: int) -> Callable[[], None]:
@@ -158,43 +161,58 @@ def calibrate(verifier: Backend, drafter: ModelDrafter | None, *, max_block: int
         verifier.decode([context[-1]], logits_rows=[0])
         verifier.rollback(len(context))
 
-    def draft(n: int) -> Callable[[], object]:
+    def draft(n: int, tokens: Sequence[int] = context) -> Callable[[], object]:
         # the cache holds the context (and the last draft): a round's re-sync decodes one token, as after a
         # rejection; then n - 1 more steps
-        return lambda: drafter.draft(context, n, sampling, rng)  # type: ignore[union-attr]
+        request = DraftRequest(0, tokens, n, sampling, rng)
+        return lambda: timed_drafter.draft([request])  # type: ignore[union-attr]
+
+    draft_extended = draft(1, extended)
 
     def resync_two() -> None:
-        model.rollback(len(context))  # type: ignore[union-attr]  # holds the context, not the 2 tokens after it
-        drafter.draft(extended, 1, sampling, rng)  # type: ignore[union-attr]
+        timed_drafter.begin(0, [*context, context[0]], reuse="longest")  # type: ignore[union-attr]  # holds the context
+        draft_extended()
 
     def single_drafter() -> None:
-        model.rollback(len(context) - 1)  # type: ignore[union-attr]
-        model.decode([context[-1]], logits_rows=[0])  # type: ignore[union-attr]
+        timed_drafter.step(0, context)  # type: ignore[union-attr]
 
     # Named actions, timed round-robin in the order a round runs them (draft n, then verify n + 1): the two
     # models' weights and buffers evict each other from the caches as they do in the loop.
     named: list[tuple[str, Callable[[], object]]] = [("verify1", verify(1)), ("single_verifier", single_verifier)]
-    if drafter is not None:
-        model.reset()  # type: ignore[union-attr]
-        drafter.draft(context, 1, sampling, rng)  # prefill the drafter's cache
+    if timed_drafter is not None:
+        timed_drafter.release(0)
+        draft(1)()  # prefill the drafter's cache
         named += [("one", draft(1)), ("resync", resync_two), ("single_drafter", single_drafter)]
     for n in range(1, max_block):
-        if drafter is not None:
+        if timed_drafter is not None:
             named.append((f"draft{n}", draft(n)))
         named.append((f"verify{n + 1}", verify(n + 1)))
-    for _, action in named:  # warm-up: the first decode of each size allocates buffers
-        action()
-    medians = dict(zip((name for name, _ in named), _interleaved_medians([a for _, a in named], repeats),
-                       strict=True))
+    # warm-up (the first decode of each size allocates buffers), outliers dropped, re-measured while implausible
+    names = [name for name, _ in named]
+    timings = measure_many([a for _, a in named], repeats=repeats, warmup=1,
+                           check=lambda found: _calibration_problem(dict(zip(names, found, strict=True)), verifier,
+                                                                    timed_drafter))
+    medians = {name: t.median for name, t in zip(names, timings, strict=True)}
     emit = _emit_seconds(verifier, context)
     verifier.reset()
     verify_s = tuple(medians[f"verify{k}"] for k in range(1, max_block + 1))
     draft_s: tuple[float, ...] = (0.0,) * (max_block - 1)  # a drafter with no model (n-gram) costs ~nothing
     resync = drafter_single = 0.0
-    if drafter is not None:
+    if timed_drafter is not None:
         draft_s = tuple(medians[f"draft{n}"] for n in range(1, max_block))
         resync = max(0.0, medians["resync"] - medians["one"])
         drafter_single = medians["single_drafter"]
-        model.reset()  # type: ignore[union-attr]
+        timed_drafter.release(0)
     single = medians["single_verifier"]
-    return LoopCosts(verify_s, draft_s, resync, emit, single, drafter_single)
+    unstable = next((f"{name}: {t.reason}" for name, t in zip(names, timings, strict=True) if not t.stable), None)
+    return LoopCosts(verify_s, draft_s, resync, emit, single, drafter_single, spread=max(t.spread for t in timings),
+                     stable=unstable is None, unstable_reason=unstable)
+
+
+def _calibration_problem(timings: dict[str, Timing], verifier: Backend, drafter: Drafter | None) -> str | None:
+    """A calibration whose implied c_rel no steady machine gives (`timing.c_rel_problem`) is measured again."""
+    if drafter is None or "single_drafter" not in timings:
+        return None
+    verifier_s = timings["single_verifier"].median
+    c_rel = timings["single_drafter"].median / verifier_s if verifier_s > 0 else float("inf")
+    return c_rel_problem(c_rel, size_ratio(SimpleNamespace(path=drafter.traits.model_path), verifier))

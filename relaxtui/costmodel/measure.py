@@ -7,33 +7,29 @@ Each measurement decodes after a short warm context and rolls the cache back, le
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Sequence
 
+from relaxtui.costmodel.timing import measure, step_timings
 from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.drafting import Drafter
 
 
 def _median_time(model: Backend, tokens: Sequence[int], repeats: int) -> float:
+    """Median seconds of decoding ``tokens`` (rolled back each time), through the self-checking timer."""
     start = model.n_past
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
+
+    def once() -> None:
         model.decode(list(tokens), logits_rows=range(len(tokens)))
-        times.append(time.perf_counter() - began)
         model.rollback(start)
-    return statistics.median(times)
+
+    return measure(once, repeats=repeats, warmup=1).median
 
 
 def step_time(model: Backend, *, context: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8), repeats: int = 8,
               warmup: int = 2) -> float:
-    """Median seconds of one single-token decode (all logits returned, as the loop does)."""
-    model.reset()
-    model.decode(list(context))
-    _median_time(model, [context[-1]], warmup)
-    seconds = _median_time(model, [context[-1]], repeats)
-    model.reset()
-    return seconds
+    """Median seconds of one single-token decode (all logits returned, as the loop does), warmed up, outliers
+    dropped (`timing.step_timings`)."""
+    return step_timings([model], repeats=repeats, warmup=warmup, context=context)[0].median
 
 
 def verify_curve(model: Backend, k_max: int, *, context: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8),
@@ -41,7 +37,8 @@ def verify_curve(model: Backend, k_max: int, *, context: Sequence[int] = (1, 2, 
     """v(k) for k = 1..k_max: batch time over single-step time (v(1) = 1 by definition)."""
     model.reset()
     model.decode(list(context))
-    _median_time(model, [context[-1]] * k_max, 2)
+    model.decode([context[-1]] * k_max, logits_rows=range(k_max))  # warm-up: the largest block's buffers
+    model.rollback(len(context))
     single = _median_time(model, [context[-1]], repeats)
     curve = [_median_time(model, [context[-1]] * k, repeats) / single for k in range(1, k_max + 1)]
     model.reset()
@@ -49,8 +46,19 @@ def verify_curve(model: Backend, k_max: int, *, context: Sequence[int] = (1, 2, 
     return curve
 
 
-def measure_c_rel(verifier: Backend, drafter_model: Backend, *, repeats: int = 8) -> float:
-    return step_time(drafter_model, repeats=repeats) / step_time(verifier, repeats=repeats)
+def drafter_step_time(drafter: Drafter, *, context: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8), repeats: int = 8,
+                      warmup: int = 2) -> float:
+    """Median seconds of one raw drafter step (``Drafter.step``, sequence 0) after a short warm context."""
+    context = list(context)
+    drafter.release(0)
+    drafter.begin(0, [*context, context[-1]])  # its cache holds the context
+    seconds = measure(lambda: drafter.step(0, context), repeats=repeats, warmup=warmup).median
+    drafter.release(0)
+    return seconds
+
+
+def measure_c_rel(verifier: Backend, drafter: Drafter, *, repeats: int = 8) -> float:
+    return drafter_step_time(drafter, repeats=repeats) / step_time(verifier, repeats=repeats)
 
 
 def hardware_description() -> str:

@@ -39,8 +39,20 @@ _TEXT_FIELDS = {"name": 200, "hardware": 500, "verifier": 500, "drafter": 500, "
 _POSITIVE_TIMES = ("verifier_ar_ms",)
 _NON_NEGATIVE_TIMES = ("drafter_ms", "draft_round_ms", "resync_ms", "emit_ms")
 _FIELDS = ("name", "hardware", "verifier", "drafter", "verifier_ar_ms", "drafter_ms", "verify_ms", "pricing",
-           "source", "draft_round_ms", "resync_ms", "emit_ms")
+           "source", "draft_round_ms", "resync_ms", "emit_ms", "timing_spread", "timing_stable")
+MAX_SPREAD_RECORDED = 1e6  # a relative spread is a ratio of times; anything past this is not one
 _BLOCK_KEY = re.compile(r"[1-9][0-9]{0,3}")  # ASCII digits only: int() would also take " 3", "+3", "3_0", "٣"
+
+
+def _timing_problem(spread: object, stable: object) -> str | None:
+    """What is wrong with a profile's timing fields: a spread is null or a finite number >= 0, stable null or a bool."""
+    if spread is not None and not (isinstance(spread, (int, float)) and not isinstance(spread, bool)
+                                   and math.isfinite(spread) and 0 <= spread <= MAX_SPREAD_RECORDED):
+        return (f"timing_spread is {_shown(spread)}; it must be null or a finite ratio in "
+                f"[0, {MAX_SPREAD_RECORDED:g}]")
+    if stable is not None and not isinstance(stable, bool):
+        return f"timing_stable is {_shown(stable)}; it must be null, true or false"
+    return None
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,9 @@ class CostProfile:
     draft_round_ms: float = 0.0  # per round that drafts: the drafter's re-sync beyond k·t_D
     resync_ms: float = 0.0  # extra re-sync after a fully accepted round (two tokens instead of one)
     emit_ms: float = 0.0  # per emitted token: detokenisation and bookkeeping
+    # how far a calibrated profile's times can be trusted (`costmodel.timing`); None in profiles from elsewhere
+    timing_spread: float | None = None  # widest (max - min) / median of a calibrated part's kept samples
+    timing_stable: bool | None = None  # False: some part stayed implausible after re-measuring
 
     def __post_init__(self) -> None:
         """The same bounds as a profile file's (see ``from_dict``), for profiles built in code."""
@@ -80,6 +95,8 @@ class CostProfile:
                             f">= {MIN_TIME_MS:g} ms")
         if self.pricing == "measured" and not self.verify_ms:
             raise UserError(f"profile {self.name!r}: measured pricing needs verify_ms (block size -> ms)")
+        if problem := _timing_problem(self.timing_spread, self.timing_stable):
+            raise UserError(f"profile {self.name!r}: {problem}")
 
     @property
     def c_rel(self) -> float:
@@ -115,7 +132,7 @@ class CostProfile:
         return self.round_cost_ms(drafts) / self.verifier_ar_ms
 
     def to_json(self) -> str:
-        data = asdict(self)
+        data = {k: v for k, v in asdict(self).items() if v is not None or not k.startswith("timing_")}
         data["verify_ms"] = {str(k): v for k, v in sorted(self.verify_ms.items())}
         return json.dumps(data, indent=2) + "\n"
 
@@ -258,10 +275,14 @@ def from_dict(data: object, where: str) -> CostProfile:
         verify[int(key)] = _time(value, f"verify_ms[{json.dumps(key)}]", where, positive=True)
     if pricing == "measured" and not verify:
         raise UserError(f"{where}: malformed cost profile: measured pricing needs verify_ms (block size -> ms)")
+    spread, stable = data.get("timing_spread"), data.get("timing_stable")
+    if problem := _timing_problem(spread, stable):
+        raise UserError(f"{where}: malformed cost profile: {problem}")
     try:
         return CostProfile(name=text["name"], hardware=text["hardware"], verifier=text["verifier"],
                            drafter=text["drafter"], verify_ms=verify, pricing=str(pricing), source=text["source"],
-                           **times)
+                           timing_spread=None if spread is None else float(spread),  # type: ignore[arg-type]
+                           timing_stable=stable, **times)  # type: ignore[arg-type]
     except UserError as exc:  # the dataclass's own checks, should one ever go further than the ones above
         raise UserError(f"{where}: malformed cost profile: {exc}") from None
 

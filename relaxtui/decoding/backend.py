@@ -6,7 +6,8 @@ from the context by a function you give it, so the loop, the TUI and the eval ru
 
 Many sequences per context (SPEC §8): a ``MultiBackend`` holds ``n_seq`` independent caches, decodes one batch
 that mixes rows of several sequences (``decode_many``) and rolls each back on its own. ``SequenceView`` turns one
-of its sequences back into a plain ``Backend``, so prefill, drafters and calibration run on it unchanged.
+of its sequences back into a plain ``Backend``, so prefill, drafters and calibration run on it unchanged;
+``as_multi`` does the reverse for a plain one (a one-sequence ``MultiBackend``).
 The single-sequence methods (``decode``, ``rollback``, ``n_past``…) act on sequence 0.
 """
 
@@ -94,6 +95,67 @@ class SequenceView:
         return self.model.token_piece(token, special=special)
 
 
+class OneSequence:
+    """A plain one-sequence ``Backend`` seen as a ``MultiBackend`` of one sequence (``as_multi``)."""
+
+    n_seq = 1
+
+    def __init__(self, model: Backend) -> None:
+        self.model = model
+        self.n_ctx, self.n_vocab = model.n_ctx, model.n_vocab
+
+    @property
+    def n_past(self) -> int:
+        return self.model.n_past
+
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        return self.model.cached_tokens
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.model.decode_seconds
+
+    def tokens_of(self, seq: int) -> Sequence[int]:
+        return self.model.cached_tokens
+
+    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
+        return self.model.decode(tokens, logits_rows)
+
+    def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]:
+        if len(items) != 1 or items[0].seq != 0:
+            raise ValueError("a one-sequence backend decodes sequence 0 alone")
+        return [self.model.decode(items[0].tokens, items[0].logits_rows)]
+
+    def rollback(self, position: int) -> None:
+        self.model.rollback(position)
+
+    def rollback_seq(self, seq: int, position: int) -> None:
+        self.model.rollback(position)
+
+    def reset(self) -> None:
+        self.model.reset()
+
+    def clear_seq(self, seq: int) -> None:
+        self.model.reset()
+
+    def share_prefix(self, src: int, dst: int, length: int) -> None:
+        raise ValueError("a one-sequence backend has no other sequence to share with")
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
+
+    def token_piece(self, token: int, *, special: bool = False) -> bytes:
+        return self.model.token_piece(token, special=special)
+
+
+def as_multi(model: Backend) -> MultiBackend:
+    """``model`` itself when it holds many sequences, else a one-sequence view of it as a ``MultiBackend``."""
+    if callable(getattr(model, "decode_many", None)) and hasattr(model, "n_seq"):
+        return model  # type: ignore[return-value]
+    return OneSequence(model)  # type: ignore[return-value]
+
+
 def row_order(n_tokens: int, logits_rows: Sequence[int]) -> tuple[list[int], list[int]]:
     """(distinct rows in ascending order, where each asked-for row sits in that list): a batch computes each
     row once, the caller gets them in the order and multiplicity it asked for."""
@@ -106,7 +168,13 @@ LogitsFn = Callable[[tuple[int, ...]], np.ndarray]
 
 class FakeBackend:
     """A deterministic stand-in model: logits = ``logits_fn(context)``; token t renders as ``pieces[t]``.
-    ``n_seq`` sequences, each with its own cache of ``n_ctx`` tokens (sequence 0 for the one-sequence API)."""
+    ``n_seq`` sequences, each with its own cache of ``n_ctx`` tokens (sequence 0 for the one-sequence API). Its
+    vocabulary answers ``check_vocab`` (two fakes with the same pieces match), and the logits rows of a sequence's
+    last decode stand in for hidden states (``hidden_of``: what a hidden-state drafter reads in the tests)."""
+
+    vocab_type = 0
+    bos = -1
+    add_bos = False
 
     def __init__(self, logits_fn: LogitsFn, n_vocab: int, *, n_ctx: int = 4096, eog: int | None = None,
                  pieces: Sequence[bytes] | None = None, n_seq: int = 1) -> None:
@@ -121,6 +189,17 @@ class FakeBackend:
         self.decode_calls: list[int] = []  # batch sizes, so tests can check "one verifier batch per round"
         self.batches: list[tuple[tuple[int, int], ...]] = []  # (seq, tokens) of every batch, in order
         self.shared: list[tuple[int, int, int]] = []  # (src, dst, length) of every prompt copied between sequences
+        self.hidden: dict[int, np.ndarray] = {}  # seq -> the rows its last decode computed
+
+    @property
+    def eos(self) -> int:
+        return -1 if self.eog is None else self.eog
+
+    def token_text(self, token: int) -> bytes:
+        return self.pieces[token]
+
+    def hidden_of(self, seq: int) -> np.ndarray:
+        return self.hidden[seq]
 
     @property
     def cached(self) -> list[int]:
@@ -155,6 +234,7 @@ class FakeBackend:
             rows = [r % len(item.tokens) for r in item.logits_rows]
             out.append(np.stack([np.asarray(self.logits_fn(tuple(cached[: start + r + 1])), dtype=np.float32)
                                  for r in rows]) if rows else np.empty((0, self.n_vocab), np.float32))
+            self.hidden[item.seq] = out[-1]
         return out
 
     def rollback(self, position: int) -> None:

@@ -1,42 +1,34 @@
-"""Drafters: small things that propose the next N tokens with their probabilities q.
+"""The drafter factory and the model drafter: every kind is built here, with every option, and nowhere else.
 
-A drafter's lifecycle follows llama.cpp's common/speculative.h: ``begin(prompt)`` → ``draft(context, n)``
-per round. The model drafter keeps its own KV cache and re-synchronises by common prefix with the context
-it is given, so it never needs to be told which drafts were accepted. Its model's own record of cached
-tokens is the single source of truth, so anything else that uses the model (a timing) cannot desync it.
+``make_drafter(options, verifier)`` switches on the kind once (llama.cpp's ``common_speculative_init``): ``model``
+loads a GGUF LM sharing the verifier's vocabulary (checked before use), ``ngram`` is prompt lookup
+(``relaxtui.decoding.ngram``). A new kind (an MTP head) is one entry in ``KINDS`` and one class behind
+``relaxtui.decoding.drafting.Drafter``; nothing outside these modules asks which kind it got.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from relaxtui.decoding.backend import Backend
-from relaxtui.decoding.prefill import ReusePolicy, common_prefix, prefill
+from relaxtui.decoding.backend import Backend, SeqDecode, SequenceView, as_multi
+from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
+from relaxtui.decoding.ngram import NgramDrafter
+from relaxtui.decoding.prefill import ReusePolicy, common_prefix, copy_cached_prompt, prefill
 from relaxtui.decoding.sampling import SamplingParams, process, sample
+from relaxtui.decoding.vocab import VocabInfo, check_vocab
+from relaxtui.errors import UserError
 
+if TYPE_CHECKING:
+    from relaxtui.engine.llama import LlamaModel
 
-@dataclass(frozen=True)
-class Draft:
-    tokens: list[int]
-    probs: np.ndarray  # [n, target vocab] processed q_i
-    logits: np.ndarray | None  # [n, target vocab] raw drafter logits, None for non-model drafters
-    seconds: float = 0.0
-    extra: dict[str, object] = field(default_factory=dict)
-
-
-class Drafter(Protocol):
-    kind: str
-
-    def begin(self, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
-              should_stop: Callable[[], bool] = ...) -> bool: ...
-    def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
-              rng: np.random.Generator) -> Draft: ...
-    def next_distribution(self, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]: ...
+__all__ = ["DRAFT_KINDS", "KINDS", "Draft", "DraftRequest", "Drafter", "DrafterKind", "DrafterOptions", "DrafterTraits",
+           "ModelDrafter", "NgramDrafter", "drafter_kind", "fit_vocab", "make_drafter", "open_gguf", "propose"]
 
 
 def _confidence(q: np.ndarray, logits: np.ndarray, sampling: SamplingParams) -> float:
@@ -62,76 +54,185 @@ def fit_vocab(logits: np.ndarray, target_vocab: int) -> np.ndarray:
 def propose(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator,
             p_min: float = 0.0) -> tuple[int, np.ndarray] | None:
     """One draft step from the drafter's (fitted) logits: (token, processed q), or None when the drafter's top
-    probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify width).
-    Shared by the one-sequence drafter and the batched loop, so both draw the same way from the same stream."""
+    probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify width)."""
     q = process(logits, sampling)
     if p_min > 0 and _confidence(q, logits, sampling) < p_min:
         return None
     return sample(q, rng), q
 
 
-class ModelDrafter:
-    """A GGUF LM sharing the verifier's vocabulary (checked before use by ``check_vocab``)."""
+class ModelDrafter(BaseDrafter):
+    """A GGUF LM sharing the verifier's vocabulary (checked before use by ``check_vocab``).
 
-    kind = "model"
+    Sequence ``seq`` drafts on sequence ``seq`` of the model's context; one draft call decodes one batch per
+    draft step across every request (the first step also re-syncs each sequence). It re-syncs by common prefix
+    with the context each request carries, so ``accept`` has nothing to do, and the model's own record of
+    cached tokens is the one source of truth: anything else that uses the model (a timing) cannot desync it."""
+
+    kind = "model"  # read by tui/engine.py until it reads traits
 
     def __init__(self, model: Backend, target_vocab: int, *, p_min: float = 0.0) -> None:
-        self.model = model
+        self.model = model  # tests and tui/engine.py (until converted) still reach for it
+        self._model = as_multi(model)
         self.target_vocab = target_vocab
         self.p_min = p_min  # stop drafting when the drafter's top probability falls below this
-        self._last_draft: list[int] = []
-        self._last_context: list[int] = []
+        self._drafted: dict[int, list[int]] = {}  # seq -> context + draft of its last draft (extend continues it)
+        path = getattr(model, "path", None)
+        self.traits = DrafterTraits("model", has_distribution=True, bonus_steps=1, holds_model=True,
+                                    model_path=Path(path) if path is not None else None, n_seq=self._model.n_seq,
+                                    n_ctx=model.n_ctx)
 
-    def _fit(self, logits: np.ndarray) -> np.ndarray:
-        return fit_vocab(logits, self.target_vocab)
+    @property
+    def decode_seconds(self) -> float:
+        return self.model.decode_seconds
 
-    def begin(self, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
+    def _view(self, seq: int) -> Backend:
+        """Sequence ``seq`` as a one-sequence backend (the model itself when it holds only one)."""
+        return self.model if self._model.n_seq == 1 and seq == 0 else SequenceView(self._model, seq)
+
+    def begin(self, seq: int, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
               should_stop: Callable[[], bool] = lambda: False) -> bool:
-        """Prefill everything but the last prompt token (the first draft step decodes it); False if stopped."""
-        return prefill(self.model, prompt[:-1], reuse=reuse, should_stop=should_stop)[1]
+        """Prefill everything but the last prompt token (the first draft step decodes it), copying it from another
+        sequence that holds it; False if stopped."""
+        view = self._view(seq)
+        if self._model.n_seq > 1:
+            copy_cached_prompt(view, prompt[:-1])  # type: ignore[arg-type]
+        return prefill(view, prompt[:-1], reuse=reuse, should_stop=should_stop)[1]
 
-    def resync(self, context: Sequence[int]) -> list[int]:
+    def _resync(self, seq: int, context: Sequence[int]) -> list[int]:
         """Roll back to the common prefix with ``context``; return the tokens still to decode (at least the
         last one, whose logits give the first draft position)."""
-        keep = min(common_prefix(self.model.cached_tokens, context), len(context) - 1)
-        self.model.rollback(keep)
+        view = self._view(seq)
+        keep = min(common_prefix(view.cached_tokens, context), len(context) - 1)
+        view.rollback(keep)
         return list(context[keep:])
 
-    def _sync(self, context: Sequence[int]) -> np.ndarray:
-        """Roll back to the common prefix, decode the rest of the context, return the last logits row."""
-        return self._fit(self.model.decode(self.resync(context), logits_rows=[-1])[0])
-
-    def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
-              rng: np.random.Generator) -> Draft:
+    def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
         started = time.perf_counter()
-        n = max(0, min(n, self.room(context)))
-        tokens: list[int] = []
-        probs, raw = [], []
-        if n > 0:
-            logits = self._sync(context)
-            for i in range(n):
-                step = propose(logits, sampling, rng, self.p_min)
+        limits = [max(0, min(r.n_max, self.model.n_ctx - len(r.context))) for r in requests]
+        made: list[tuple[list[int], list[np.ndarray], list[np.ndarray]]] = [([], [], []) for _ in requests]
+        pending = {i: SeqDecode(r.seq, self._resync(r.seq, r.context), [-1])
+                   for i, r in enumerate(requests) if limits[i] > 0}
+        while pending:  # one batch per draft step: every request still drafting has one row in it
+            rows = self._model.decode_many(list(pending.values()))
+            following = {}
+            for i, logits in zip(pending, rows, strict=True):
+                fitted = fit_vocab(logits[0], self.target_vocab)
+                step = propose(fitted, requests[i].sampling, requests[i].rng, self.p_min)
                 if step is None:
-                    break
+                    continue
+                tokens, probs, raw = made[i]
                 tokens.append(step[0])
                 probs.append(step[1])
-                raw.append(logits)
-                if i + 1 < n:
-                    logits = self._fit(self.model.decode([step[0]], logits_rows=[0])[0])
-        return self.finish(context, tokens, probs, raw, started)
-
-    def room(self, context: Sequence[int]) -> int:
-        return self.model.n_ctx - len(context)
-
-    def finish(self, context: Sequence[int], tokens: list[int], probs: list[np.ndarray], raw: list[np.ndarray],
-               started: float) -> Draft:
-        """Package a draft and remember it (``next_distribution`` continues from it)."""
-        self._last_context, self._last_draft = list(context), tokens
+                raw.append(fitted)
+                if len(tokens) < limits[i]:
+                    following[i] = SeqDecode(requests[i].seq, [step[0]], [0])
+            pending = following
+        seconds = time.perf_counter() - started
         empty = np.empty((0, self.target_vocab))
-        return Draft(tokens, np.stack(probs) if probs else empty, np.stack(raw) if raw else empty,
-                     time.perf_counter() - started)
+        drafts = []
+        for request, (tokens, probs, raw) in zip(requests, made, strict=True):
+            self._drafted[request.seq] = [*request.context, *tokens]
+            drafts.append(Draft(tokens, np.stack(probs) if probs else empty, np.stack(raw) if raw else empty,
+                                seconds))
+        return drafts
 
-    def next_distribution(self, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-        """q and raw logits one step past the last full draft (the relaxed-bonus rules need it)."""
-        logits = self._sync([*self._last_context, *self._last_draft])
+    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        """q and raw logits one step past the sequence's last draft (the relaxed-bonus rules need it)."""
+        tokens = self._resync(seq, self._drafted[seq])
+        logits = fit_vocab(self._model.decode_many([SeqDecode(seq, tokens, [-1])])[0][0], self.target_vocab)
         return process(logits, sampling), logits
+
+    def step(self, seq: int, context: Sequence[int]) -> None:
+        """Decode ``context[-1]`` after ``context[:-1]`` (which the sequence holds): one raw step, for c_rel."""
+        self._view(seq).rollback(len(context) - 1)
+        self._model.decode_many([SeqDecode(seq, [context[-1]], [0])])
+
+    def release(self, seq: int) -> None:
+        self._view(seq).reset()
+        self._drafted.pop(seq, None)
+
+    def close(self) -> None:
+        close = getattr(self.model, "close", None)
+        if close is not None:
+            close()
+
+
+# -- the factory ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DrafterOptions:
+    """Everything that shapes a drafter, for every kind: what `make_drafter` builds from."""
+
+    kind: str = "model"
+    model: Path | None = None  # the GGUF a model drafter runs
+    p_min: float = 0.0  # --draft-p-min (model kinds)
+    ngram_min: int = 1
+    ngram_max: int = 3
+    n_ctx: int = 4096  # tokens per sequence
+    n_seq: int = 1  # sequences per context (--parallel)
+    threads: int | None = None
+    gpu_layers: int = 0  # llama.cpp's n_gpu_layers
+
+    def __post_init__(self) -> None:
+        drafter_kind(self.kind)  # an unknown kind: one line
+        if not 0.0 <= self.p_min < 1.0:
+            raise UserError(f"--draft-p-min must be in [0, 1) (got {self.p_min})")
+
+
+def open_gguf(options: DrafterOptions) -> LlamaModel:
+    """The model a ``model`` drafter runs, loaded with every option."""
+    from relaxtui.engine.llama import LlamaModel
+
+    if options.model is None:
+        raise UserError("--draft-kind model needs a drafter GGUF (--drafter)")
+    return LlamaModel(options.model, n_ctx=options.n_ctx, n_threads=options.threads, n_gpu_layers=options.gpu_layers,
+                      n_seq=options.n_seq)
+
+
+OpenModel = Callable[[DrafterOptions], Backend]
+Builder = Callable[[DrafterOptions, VocabInfo, OpenModel], Drafter]
+
+
+def _model(options: DrafterOptions, verifier: VocabInfo, open_model: OpenModel) -> Drafter:
+    model = open_model(options)
+    try:
+        names = (Path(str(getattr(verifier, "path", "verifier"))).name,
+                 options.model.name if options.model is not None else "drafter")
+        check_vocab(verifier, model, names=names)  # type: ignore[arg-type]
+    except BaseException:
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
+        raise
+    return ModelDrafter(model, verifier.n_vocab, p_min=options.p_min)
+
+
+def _ngram(options: DrafterOptions, verifier: VocabInfo, open_model: OpenModel) -> Drafter:
+    return NgramDrafter(n_min=options.ngram_min, n_max=options.ngram_max)
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    """What loading a kind takes, known before anything loads: whether ``--drafter`` names a file it opens, and
+    whether the verifier must be loaded keeping its hidden rows (the instance's traits say the same)."""
+
+    build: Builder
+    model_file: bool = False
+    needs_hidden_states: bool = False
+
+
+KINDS: dict[str, DrafterKind] = {"model": DrafterKind(_model, model_file=True), "ngram": DrafterKind(_ngram)}
+DRAFT_KINDS = tuple(KINDS)
+
+
+def drafter_kind(kind: str) -> DrafterKind:
+    try:
+        return KINDS[kind]
+    except KeyError:
+        raise UserError(f"unknown drafter kind {kind!r}; known: {', '.join(DRAFT_KINDS)}") from None
+
+
+def make_drafter(options: DrafterOptions, verifier: VocabInfo, *, open_model: OpenModel = open_gguf) -> Drafter:
+    """The drafter ``options`` describe, for ``verifier`` (its vocabulary checked first, the model closed on a
+    mismatch). ``open_model`` loads a model kind's file: a GGUF through llama.cpp, a fake in tests."""
+    return drafter_kind(options.kind).build(options, verifier, open_model)

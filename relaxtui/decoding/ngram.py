@@ -1,8 +1,9 @@
 """Prompt-lookup drafting: propose what followed the last occurrence of the context's own suffix.
 
-No model: the draft is copied from earlier in the context, so q is one-hot on each proposed token. It
-stands in for the paper's lightweight drafters (MTP heads): almost free (c_rel ≈ 0), but not a language
-model — relaxed rules that trust q will copy the context, which is how degenerate loops start (SPEC §1).
+No model: the draft is copied from earlier in the context, so it carries no distribution (the loop makes q
+one-hot on each proposed token). It stands in for the paper's lightweight drafters: almost free (c_rel ≈ 0), but
+not a language model — relaxed rules that trust q will copy the context, which is how degenerate loops start
+(SPEC §1). It reads only the context each request carries, so one instance serves every sequence.
 """
 
 from __future__ import annotations
@@ -12,23 +13,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from relaxtui.decoding.drafters import Draft
-from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
 from relaxtui.errors import UserError
 
 
-class NgramDrafter:
-    kind = "ngram"
+class NgramDrafter(BaseDrafter):
+    kind = "ngram"  # read by tui/engine.py until it reads traits
+    traits = DrafterTraits("ngram", has_distribution=False)
 
-    def __init__(self, vocab_size: int, *, n_min: int = 1, n_max: int = 3, window: int = 4096) -> None:
+    def __init__(self, vocab_size: int | None = None, *, n_min: int = 1, n_max: int = 3, window: int = 4096) -> None:
+        """``vocab_size`` is unused (the loop builds the one-hot q); tui/engine.py passes it until it builds drafters
+        through ``make_drafter``."""
         if not 1 <= n_min <= n_max:
             raise UserError(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max (got {n_min}..{n_max})")
-        self.vocab_size = vocab_size
         self.n_min, self.n_max = n_min, n_max
         self.window = window  # how far back to search, in tokens
-        self.model = None  # no model: the loop's llama-time accounting skips us
 
-    def begin(self, prompt: Sequence[int], **_: object) -> bool:
+    def begin(self, seq: int, prompt: Sequence[int], **_: object) -> bool:
         """Nothing to prefill; the lookup reads the context it is given each round."""
         return True
 
@@ -48,13 +49,10 @@ class NgramDrafter:
                         return [int(t) for t in follow]
         return []
 
-    def draft(self, context: Sequence[int], n: int, sampling: SamplingParams,
-              rng: np.random.Generator) -> Draft:
-        started = time.perf_counter()
-        tokens = self.propose(context, n) if n > 0 else []
-        probs = np.zeros((len(tokens), self.vocab_size))
-        probs[np.arange(len(tokens)), tokens] = 1.0
-        return Draft(tokens, probs, None, time.perf_counter() - started)
-
-    def next_distribution(self, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-        raise UserError("the ngram drafter has no distribution past its draft; use --bonus target or auto")
+    def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
+        drafts = []
+        for request in requests:
+            started = time.perf_counter()
+            tokens = self.propose(request.context, request.n_max) if request.n_max > 0 else []
+            drafts.append(Draft(tokens, None, None, time.perf_counter() - started))
+        return drafts

@@ -5,7 +5,8 @@ the same prompt: the cached KV is bit-identical to a fresh prefill, so results d
 before). ``reuse="longest"`` keeps the longest common prefix (a chat turn extends the conversation: only
 the new messages are decoded; their neighbours' KV came from other batches, which shifts logits in the last
 bits — fine for a chat, not for a reproducible eval). The prefill runs in chunks and polls ``should_stop``
-between them, so a stop request during a long prompt is honoured within one chunk.
+between them, so a stop request during a long prompt is honoured within one chunk. Many sequences in one
+context: ``copy_cached_prompt`` takes a prompt another sequence already holds instead of prefilling it again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.backend import Backend, SequenceView
 
 PREFILL_CHUNK = 128  # tokens per decode call: near full batch efficiency on a CPU, yet a stop lands in < 1 s
 ReusePolicy = Literal["exact", "longest"]
@@ -53,3 +54,19 @@ def prefill(model: Backend, prefix: Sequence[int], *, reuse: ReusePolicy = "exac
         model.decode(part)
         decoded += len(part)
     return decoded, True
+
+
+def copy_cached_prompt(view: SequenceView, prefix: Sequence[int]) -> None:
+    """Take a prompt another sequence already holds (the same problem under another config or seed: an eval
+    plan puts them side by side) by copying its KV instead of prefilling it again. When that sequence
+    prefilled the same prompt, the copied cells are the ones a fresh prefill makes, so outputs do not change
+    (the guarantee and the limits of "exact" reuse, which also matches by tokens); on a CPU, where a prompt
+    token costs about what an output token does, this saves most of a grid's prefill."""
+    if not prefix or reusable(view.cached_tokens, prefix, "exact"):
+        return  # nothing to do, or this sequence's own cache already holds it
+    model, n = view.model, len(prefix)
+    for other in range(model.n_seq):
+        cached = model.tokens_of(other)
+        if other != view.seq and len(cached) >= n and list(cached[:n]) == list(prefix):
+            model.share_prefix(other, view.seq, n)
+            return

@@ -22,23 +22,29 @@ if TYPE_CHECKING:
 
 
 def sample_tokenizer(model: LlamaModel, *, thinking: bool | None = None) -> Callable[[Sample], list[int]]:
-    """Prompt tokens of a task sample through the verifier's own chat template (rendered once per run)."""
+    """Prompt tokens of a task sample through the verifier's own chat template (rendered once per run).
+
+    A task file's sample may ask for a raw completion prompt (``meta["raw"]``: its one message tokenised as
+    text, with BOS) or for thinking on or off (``meta["thinking"]``, which ``--thinking`` overrides)."""
     from relaxtui.session import chat_template, conversation_tokens
 
     template = chat_template(model)
-    return lambda sample: conversation_tokens(model, template, sample.messages, thinking=thinking)
+
+    def tokenize(sample: Sample) -> list[int]:
+        if sample.meta.get("raw"):
+            return model.tokenize(sample.messages[-1].content, add_special=True, parse_special=False)
+        think = thinking if thinking is not None else sample.meta.get("thinking")
+        return conversation_tokens(model, template, sample.messages, thinking=think)
+    return tokenize
 
 
 def measure_profile(pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> str:
     """The cost profile (JSON) of the machine holding ``pair``: run where the models are, saved by the driver."""
     from relaxtui.costmodel.calibrate import calibrate, typical_context
     from relaxtui.costmodel.measure import hardware_description
-    from relaxtui.decoding.drafters import ModelDrafter
 
-    drafter = pair.drafter if isinstance(pair.drafter, ModelDrafter) else None
-    costs = calibrate(pair.verifier, drafter, max_block=max(plan.draft_max) + 1, sampling=plan.sampling,
+    costs = calibrate(pair.verifier, pair.drafter, max_block=max(plan.draft_max) + 1, sampling=plan.sampling,
                       context=typical_context(prompt, min(plan.max_tokens, 512)), repeats=5, seed=plan.seed)
-    drafter_name = pair.drafter_path.name if pair.drafter_path else getattr(pair.drafter, "kind", "none")
-    profile = costs.profile(THIS_MACHINE, verifier=pair.verifier_path.name, drafter=drafter_name,
+    profile = costs.profile(THIS_MACHINE, verifier=pair.verifier_path.name, drafter=pair.drafter_name,
                             hardware=hardware_description())
     return profile.to_json()

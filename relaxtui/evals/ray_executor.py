@@ -93,8 +93,8 @@ class PairActor:
     """Holds one loaded pair on a node (wrapped by ``ray.remote`` at start-up, so ray stays optional)."""
 
     def __init__(self, options: ModelOptions, thinking: bool | None) -> None:
+        from relaxtui.evals.executors import local_executor
         from relaxtui.evals.pair import sample_tokenizer
-        from relaxtui.evals.runner import local_executor
         from relaxtui.session import load_pair
 
         self.error: str | None = None

@@ -3,16 +3,20 @@
 Every candidate is held to the loop's own vocabulary rules (``decoding.vocab.check_vocab``), with a free header
 pre-check first (vocabulary size and tokenizer type from the GGUF header) so a big model with another vocabulary
 is rejected without loading it. Each compatible one gets a quick measured c_rel (drafter step / verifier step on
-this machine, small context, few repeats): the number that decides whether speculation can pay at all.
+this machine, small context, few repeats): the number that decides whether speculation can pay at all. The steps
+are timed by ``costmodel.timing`` (warm-up, outliers dropped, re-measured while implausible); a candidate whose
+timing stays implausible is flagged unstable and ranked after every stable one, so it is never recommended.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from relaxtui.engine.gguf import GGUFHeader, read_header
 from relaxtui.errors import UserError
@@ -28,6 +32,21 @@ class Candidate:
     quantisation: str
     c_rel: float | None  # measured when compatible
     reason: str | None  # why it cannot draft for the verifier; None when it can
+    stable: bool = True  # False: the timing stayed implausible after re-measuring (never recommended)
+    unstable_reason: str | None = None
+    spread: float | None = None  # the wider (max - min) / median of the two models' kept samples
+    verifier_step_s: float | None = None  # the verifier's step, timed next to this drafter
+
+
+def rank(results: Sequence[Candidate]) -> list[Candidate]:
+    """Compatible and stably timed first (cheapest first), then compatible but unstable, then the rejected."""
+    return sorted(results, key=lambda c: (c.reason is not None, not c.stable,
+                                          c.c_rel if c.c_rel is not None else 0.0, c.path.name))
+
+
+def recommended(results: Sequence[Candidate]) -> Candidate | None:
+    """The drafter to suggest: the cheapest compatible one whose timing is stable; None when there is none."""
+    return next((c for c in rank(results) if c.reason is None and c.stable), None)
 
 
 def installed_candidates(directory: Path | None = None) -> list[Path]:
@@ -52,19 +71,25 @@ def header_mismatch(verifier: GGUFHeader, drafter: GGUFHeader, names: tuple[str,
 
 
 def pair(verifier_path: Path, candidates: Sequence[Path], *, n_ctx: int = 256, repeats: int = 4,
-         threads: int | None = None, progress: Callable[[str], None] | None = None
+         threads: int | None = None, progress: Callable[[str], None] | None = None,
+         clock: Callable[[], float] = time.perf_counter, open_model: Callable[..., Any] | None = None
          ) -> tuple[float | None, list[Candidate]]:
-    """(median verifier step in seconds, candidates): compatible ones cheapest first, then the rejected with
-    reasons. The verifier is re-timed next to each drafter, so a machine whose load drifts (shared cores) skews
-    both sides of a c_rel alike."""
-    from relaxtui.costmodel.measure import step_time
+    """(median verifier step in seconds, candidates): compatible ones cheapest first (stable before unstable),
+    then the rejected with reasons. The verifier is timed warm once, then interleaved with each drafter, so a
+    machine whose load drifts (shared cores) skews both sides of a c_rel alike; a pair whose c_rel is implausible
+    or whose verifier step is over ``STEP_JUMP`` x the warm median is re-measured, then flagged. ``clock`` is the
+    timer and ``open_model(path, n_ctx=, n_threads=)`` the loader (LlamaModel; fakes in tests)."""
+    from relaxtui.costmodel.timing import Timing, c_rel_problem, jump_problem, step_timings
     from relaxtui.decoding.vocab import check_vocab
     from relaxtui.engine.llama import LlamaModel
 
+    open_model = open_model or LlamaModel
     verifier_header = read_header(verifier_path)
     own = verifier_path.resolve()
     results, verifier_steps = [], []
-    with LlamaModel(verifier_path, n_ctx=n_ctx, n_threads=threads) as verifier:
+    warm: list[float] = []  # the verifier's stable step medians so far: the least is its warm median
+    verifier_size = verifier_path.stat().st_size
+    with open_model(verifier_path, n_ctx=n_ctx, n_threads=threads) as verifier:
         for path in candidates:
             if path.resolve() == own:
                 continue
@@ -79,17 +104,50 @@ def pair(verifier_path: Path, candidates: Sequence[Path], *, n_ctx: int = 256, r
                 continue
             reason = header_mismatch(verifier_header, header, names)
             c_rel = None
+            timings = None
             if reason is None:
                 try:
-                    with LlamaModel(path, n_ctx=n_ctx, n_threads=threads) as drafter:
+                    if not warm:  # before the first drafter is loaded: the verifier alone, warmed up
+                        alone = step_timings([verifier], repeats=repeats, clock=clock)[0]
+                        warm += [alone.median] if alone.stable else []
+                    with open_model(path, n_ctx=n_ctx, n_threads=threads) as drafter:
                         check_vocab(verifier, drafter, names=names)
-                        verifier_steps.append(step_time(verifier, repeats=repeats))
-                        c_rel = step_time(drafter, repeats=repeats) / verifier_steps[-1]
+                        ratio = size / verifier_size if verifier_size else None
+
+                        def implausible(found: Sequence[Timing], ratio: float | None = ratio,
+                                        reference: float | None = min(warm, default=None)) -> str | None:
+                            step = found[0].median
+                            return (jump_problem(step, reference)
+                                    or c_rel_problem(found[1].median / step if step > 0 else float("inf"), ratio))
+
+                        timings = step_timings([verifier, drafter], repeats=repeats, clock=clock, check=implausible)
+                        c_rel = timings[1].median / timings[0].median if timings[0].median > 0 else float("inf")
                 except UserError as exc:
                     reason = str(exc)
-            results.append(Candidate(path, size, header.quantisation, c_rel, reason))
-    results.sort(key=lambda c: (c.reason is not None, c.c_rel if c.c_rel is not None else 0.0, c.path.name))
-    return (statistics.median(verifier_steps) if verifier_steps else None), results
+            if timings is None or reason is not None:
+                results.append(Candidate(path, size, header.quantisation, c_rel, reason))
+                continue
+            step_s = timings[0].median
+            verifier_steps.append(step_s)
+            warm += [step_s] if all(t.stable for t in timings) else []
+            unstable = next((t.reason for t in timings if not t.stable), None)
+            results.append(Candidate(path, size, header.quantisation, c_rel, None, stable=unstable is None,
+                                     unstable_reason=unstable, spread=max(t.spread for t in timings),
+                                     verifier_step_s=step_s))
+    # a candidate timed before the verifier's warm median was known is held to it now (no re-measure: it is closed)
+    results = [_held_to(c, min(warm, default=None)) for c in results]
+    steady = [c.verifier_step_s for c in results if c.stable and c.verifier_step_s is not None]
+    return (statistics.median(steady or verifier_steps) if verifier_steps else None), rank(results)
+
+
+def _held_to(candidate: Candidate, warm: float | None) -> Candidate:
+    """``candidate`` flagged when its verifier step is over ``STEP_JUMP`` x the verifier's final warm median."""
+    from relaxtui.costmodel.timing import jump_problem
+
+    if not candidate.stable or candidate.verifier_step_s is None:
+        return candidate
+    problem = jump_problem(candidate.verifier_step_s, warm)
+    return candidate if problem is None else replace(candidate, stable=False, unstable_reason=problem)
 
 
 # -- known drafters per family (hub names, suggested without downloading) --------------------------------------------

@@ -1,0 +1,39 @@
+"""What one generation is asked to do: draft length, budget, sampling, seed, bonus policy, KV reuse.
+
+Shared by the one-sequence loop (``loop.generate``) and the batched one (a ``Job`` carries one); checked once,
+when it is made, so every face refuses a bad value with the same one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from relaxtui.decoding.prefill import ReusePolicy
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
+
+MAX_DRAFT = 64
+BONUS_POLICIES = ("auto", "target", "relaxed")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    draft_max: int = 3  # N; 0 = verifier alone
+    max_tokens: int = 256
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+    top_alternatives: int = 0  # >0: attach top-k of p and q to each event (for the inspector)
+    bonus: str = "auto"  # "auto" (the rule's policy), "target" (p) or "relaxed" (the rule's target at N+1)
+    draft_min: int = 0  # drafts shorter than this are dropped (the round runs verifier-only)
+    adaptive: bool = False  # grow N after a fully accepted round, shrink it after an early rejection
+    reuse: ReusePolicy = "exact"  # KV reuse across calls: "exact" (same prompt only) or "longest" (chat turns)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.draft_max <= MAX_DRAFT:
+            raise UserError(f"--draft-max must be in 0..{MAX_DRAFT} (got {self.draft_max})")
+        if self.max_tokens < 1:
+            raise UserError(f"--max-tokens must be >= 1 (got {self.max_tokens})")
+        if not 0 <= self.draft_min <= max(self.draft_max, 0):
+            raise UserError(f"--draft-min must be in 0..--draft-max ({self.draft_max}) (got {self.draft_min})")
+        if self.bonus not in BONUS_POLICIES:
+            raise UserError(f"--bonus must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")

@@ -1,0 +1,119 @@
+"""What a drafter is to the loops: one interface for every kind, keyed by sequence (llama.cpp's common_speculative).
+
+Lifecycle per sequence ``seq``: ``begin(seq, prompt)`` → each round ``draft([requests])`` (every sequence that
+drafts this round, in one call, so a model drafter batches them) → ``accept(seq, n_accepted)`` after the verify
+batch, before the verifier decodes anything else → ``release(seq)`` to forget it → ``close()`` once. A relaxed
+bonus asks for q at N+1 with ``extend(seq)``. The drafter keeps its own cost accounting (``decode_seconds``, and
+``step``, one raw model step for calibration to time).
+
+What the loops need to know about a drafter it *declares* in ``traits`` — whether its drafts carry a
+distribution, whether and at what cost it can extend a draft for the bonus, whether it needs the verifier's
+hidden states — so no caller ever asks which class it is (tests/test_drafter_interface.py checks that).
+Kinds and their options are built in one place, ``relaxtui.decoding.drafters.make_drafter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from relaxtui.decoding.prefill import ReusePolicy
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterTraits:
+    """What a drafter declares, as data: the loops, calibration, loaders and run records read this and nothing
+    else about it."""
+
+    kind: str  # "model", "ngram", "mtp": shown in displays and run manifests
+    has_distribution: bool  # drafts carry q and raw logits; False: q is one-hot on each token (the loop builds it)
+    bonus_steps: int | None = None  # q at N+1 for a relaxed bonus costs this many drafter steps; None = cannot
+    needs_hidden_states: bool = False  # drafts from the verifier's hidden rows (an MTP head): the verifier must keep
+    # them (loaded so, see drafters.DrafterKind); the drafter reads each verify batch's rows from the verifier it was
+    # built with, in accept()
+    holds_model: bool = False  # drafting decodes a model: calibration times it, close() frees it
+    model_path: Path | None = None  # the model file it runs (run identity); None when it runs none
+    n_seq: int | None = None  # sequences it can hold at once; None = any
+    n_ctx: int | None = None  # tokens per sequence; None = unbounded
+
+    @property
+    def can_extend(self) -> bool:
+        return self.bonus_steps is not None
+
+    @property
+    def label(self) -> str:
+        """Its model file's name, else its kind: what a run or a profile names the drafter by."""
+        return self.model_path.name if self.model_path is not None else self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class DraftRequest:
+    """One sequence's part of a draft call (llama.cpp's per-sequence request): up to ``n_max`` tokens after
+    ``context`` (the whole sequence so far, its last token not yet verified), drawn from ``rng``."""
+
+    seq: int
+    context: Sequence[int]
+    n_max: int
+    sampling: SamplingParams
+    rng: np.random.Generator
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: list[int]
+    probs: np.ndarray | None  # [n, target vocab] processed q_i; None from a drafter without a distribution
+    logits: np.ndarray | None  # [n, target vocab] raw drafter logits; None without a distribution
+    seconds: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Drafter(Protocol):
+    """The contract the loops rely on. Every method takes the sequence it concerns; a drafter holding one
+    sequence is called with ``seq = 0``."""
+
+    traits: DrafterTraits
+
+    @property
+    def decode_seconds(self) -> float: ...  # inside its model's llama_decode, all sequences (0 without a model)
+
+    def begin(self, seq: int, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
+              should_stop: Callable[[], bool] = ...) -> bool: ...  # False: stopped during its prefill
+    def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]: ...  # one Draft per request, in order
+    def accept(self, seq: int, n_accepted: int) -> None: ...  # the last verify batch kept n_accepted drafts
+    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]: ...  # (q, logits) at N+1
+    def step(self, seq: int, context: Sequence[int]) -> None: ...  # one raw model step after context (timed: c_rel)
+    def release(self, seq: int) -> None: ...  # forget a sequence (its cache emptied)
+    def close(self) -> None: ...
+
+
+class BaseDrafter:
+    """Defaults for a drafter with nothing to accept, release, time or free; kinds override what they use."""
+
+    traits: DrafterTraits
+
+    @property
+    def decode_seconds(self) -> float:
+        return 0.0
+
+    def accept(self, seq: int, n_accepted: int) -> None:
+        """Told after each verify batch (before the verifier decodes again): ``n_accepted`` drafts were kept, and
+        the verifier's cache holds `last` and them. Nothing to do by default."""
+
+    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        raise UserError(f"the {self.traits.kind} drafter has no distribution past its draft; use --bonus target "
+                        "or auto")
+
+    def step(self, seq: int, context: Sequence[int]) -> None:
+        """Nothing to time without a model."""
+
+    def release(self, seq: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

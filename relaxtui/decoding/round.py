@@ -1,0 +1,278 @@
+"""The steps of a speculative round, written once: ``loop.py`` runs them on one sequence, ``batched.py`` on many.
+
+A sequence in flight is a ``Slot`` (llama.cpp's word): its rows in the verifier, its context, seed streams, draft
+length, counters and text. One round over a list of slots:
+
+    plan      room in the context and this round's N          (stop: "context")
+    draft     one drafter call for every slot that drafts     (--draft-min drops short drafts; one-hot q when
+                                                               the drafter has no distribution)
+    verify    the caller's verifier batch over [last, x_1..x_N] per slot
+    accept    the rule over the rows, the bonus (q at N+1 only from a drafter that declares it can), trim the
+              verifier back to `last` + accepted drafts, tell the drafter
+    observe   round counters and the adaptive N
+    commit    emit up to an end-of-generation token, stop at the budget
+
+The loops own the clock and the verifier call (one decode, or one batch for all); everything else is here, so
+the two cannot drift apart. The invariant both keep: `last` is not in the verifier's cache until the next
+verify batch decodes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from relaxtui.decoding.acceptance import DraftStep, Emitted, accept_round
+from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.counters import RoundCounters
+from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
+from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent
+from relaxtui.decoding.prefill import copy_cached_prompt, prefill
+from relaxtui.decoding.sampling import spawn_generators
+from relaxtui.engine.text import StreamDecoder
+from relaxtui.errors import UserError
+from relaxtui.rules import Rule
+from relaxtui.rules.strict import Strict
+
+
+@dataclass
+class DraftLength:
+    """The N of the next round: fixed, or adapted from the last round's acceptance (grow by one after a
+    fully accepted draft, shrink by one after a rejection at the first position), within [minimum, maximum]."""
+
+    maximum: int
+    minimum: int = 1
+    adaptive: bool = False
+    current: int = -1
+
+    def __post_init__(self) -> None:
+        self.current = self.maximum
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        if not self.adaptive or n_drafted == 0:
+            return
+        if n_accepted == n_drafted:
+            self.current = min(self.maximum, self.current + 1)
+        elif n_accepted == 0:
+            self.current = max(min(self.minimum, self.maximum), self.current - 1)
+
+
+@dataclass(eq=False)
+class Slot:
+    """One sequence in flight."""
+
+    seq: int
+    verifier: Backend  # this sequence's rows of the verifier, as a one-sequence backend
+    drafter: Drafter | None  # None: the verifier alone
+    rule: Rule
+    config: GenerationConfig
+    prompt_tokens: int
+    context: list[int]  # prompt + emitted tokens; its last one is `last`
+    draft_rng: np.random.Generator
+    accept_rng: np.random.Generator
+    draft_length: DraftLength
+    counters: RoundCounters
+    tag: Any = None  # the caller's handle (a batched Job)
+    prefill_s: float = 0.0
+    prefill_decoded: int = 0
+    started: float = 0.0  # decode clock
+    llama_before: float = 0.0
+    decoder: StreamDecoder = field(default_factory=StreamDecoder)
+    output: list[int] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    finish: str | None = None
+    extra_steps: int = 0
+    base: int = 0  # this round: cached tokens before the verify batch (everything but `last`)
+    n: int = 0  # this round: draft tokens asked for
+    draft: Draft | None = None  # this round's draft (None: a verifier-only step)
+
+    @property
+    def draft_tokens(self) -> list[int]:
+        return self.draft.tokens if self.draft is not None else []
+
+    @property
+    def verify_tokens(self) -> list[int]:
+        """Step 2's block for this sequence: ``[last, x_1..x_N]``."""
+        return [self.context[-1], *self.draft_tokens]
+
+
+def check_request(verifier: Backend, prompt: Sequence[int], config: GenerationConfig, drafter: Drafter | None,
+                  rule: Rule | None) -> Rule:
+    """The checks every generation passes before anything is decoded; returns the rule (strict by default)."""
+    rule = rule or Strict()
+    if config.sampling.greedy and not rule.greedy_ok:
+        raise UserError(f"rule {rule.name!r} cannot run greedy (temperature 0); use --temperature > 0")
+    if not prompt:
+        raise UserError("the prompt is empty")
+    if len(prompt) >= verifier.n_ctx:
+        raise UserError(f"the prompt has {len(prompt)} tokens but the context holds {verifier.n_ctx}; "
+                        "raise --ctx-size or shorten the prompt")
+    if drafter is not None:
+        traits = drafter.traits
+        if rule.needs_draft_logits and not traits.has_distribution:
+            raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {traits.kind!r}")
+    return rule
+
+
+def open_slot(verifier: Backend, seq: int, prompt: Sequence[int], config: GenerationConfig, rule: Rule | None,
+              drafter: Drafter | None, *, should_stop: Callable[[], bool], clock: Callable[[], float],
+              share_prompt: bool = False, tag: Any = None) -> Slot:
+    """Check the request, prefill both models' rows of this sequence, start its decode clock. ``share_prompt``
+    (a view of a shared context): a prompt another sequence holds is copied, not prefilled."""
+    rule = check_request(verifier, prompt, config, drafter, rule)
+    draft_rng, accept_rng = spawn_generators(config.seed)
+    draft_max = config.draft_max if drafter is not None else 0
+    started = clock()
+    if share_prompt:
+        copy_cached_prompt(verifier, prompt[:-1])  # type: ignore[arg-type]
+    decoded, prefilled = prefill(verifier, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
+    if prefilled and drafter is not None:
+        prefilled = drafter.begin(seq, prompt, reuse=config.reuse, should_stop=should_stop)
+    now = clock()
+    return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
+                DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
+                prefill_s=now - started, prefill_decoded=decoded, started=now,
+                llama_before=llama_seconds(verifier, drafter), finish=None if prefilled else "stopped")
+
+
+def plan(slot: Slot) -> bool:
+    """Room and N for this round; False (finish "context") when not even `last` fits."""
+    slot.draft = None
+    slot.base = slot.verifier.n_past  # = len(context) - 1: everything but `last` is cached
+    room = slot.verifier.n_ctx - slot.base - 1  # draft tokens that still fit after `last`
+    if room < 0:
+        slot.finish = "context"
+        return False
+    slot.n = min(slot.draft_length.current, room, slot.config.max_tokens - len(slot.output) - 1)
+    return True
+
+
+def draft_all(slots: Sequence[Slot]) -> None:
+    """Step 1: one call per drafter for every slot that drafts with it (a model drafter batches them, one row per
+    sequence per draft step). Drafts shorter than --draft-min are dropped (too short to pay for themselves)."""
+    groups: dict[int, tuple[Drafter, list[Slot]]] = {}
+    for slot in slots:
+        if slot.drafter is not None and slot.n > 0:
+            groups.setdefault(id(slot.drafter), (slot.drafter, []))[1].append(slot)
+    for drafter, drafting in groups.values():
+        requests = [DraftRequest(s.seq, s.context, s.n, s.config.sampling, s.draft_rng) for s in drafting]
+        for slot, draft in zip(drafting, drafter.draft(requests), strict=True):
+            if draft.tokens and len(draft.tokens) >= slot.config.draft_min:
+                slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
+
+
+def _one_hot(draft: Draft, vocab: int) -> Draft:
+    """q of a drafter without a distribution: all its mass on the token it proposed; no logits."""
+    probs = np.zeros((len(draft.tokens), vocab))
+    probs[np.arange(len(draft.tokens)), draft.tokens] = 1.0
+    return Draft(draft.tokens, probs, None, draft.seconds, draft.extra)
+
+
+def accept(slot: Slot, target_logits: np.ndarray) -> list[Emitted]:
+    """Steps 3 and 5: accept a prefix of the draft (resample or bonus), keep `last` and the accepted drafts in
+    the verifier's cache, tell the drafter how many it got (before the verifier decodes again: a drafter that
+    reads the verifier's hidden rows finds this batch's)."""
+    draft, drafter = slot.draft, slot.drafter
+    emitted = accept_round(slot.draft_tokens, draft.probs if draft else np.empty((0, 0)),  # type: ignore[arg-type]
+                           draft.logits if draft else None, target_logits, slot.rule, slot.config.sampling,
+                           slot.accept_rng, bonus_draft=_bonus_step(slot), bonus=slot.config.bonus)
+    n_accepted = len(emitted) - 1
+    slot.verifier.rollback(slot.base + 1 + n_accepted)
+    if drafter is not None:
+        drafter.accept(slot.seq, n_accepted)
+    return emitted
+
+
+def _bonus_step(slot: Slot) -> DraftStep | None:
+    """A relaxed bonus needs q at N+1: one more drafter step, from a drafter that declares it can (paid only in
+    the fully accepted rounds of rules that ask for it, and counted as extra draft steps)."""
+    drafter = slot.drafter
+    if drafter is None or drafter.traits.bonus_steps is None:
+        return None
+    steps = drafter.traits.bonus_steps
+
+    def step() -> tuple[np.ndarray, np.ndarray]:
+        slot.extra_steps += steps
+        return drafter.extend(slot.seq, slot.config.sampling)
+    return step
+
+
+def observe(slot: Slot, timing: RoundTiming) -> None:
+    """Step 4: the round's counters, and the next round's N."""
+    slot.counters.observe_round(timing)
+    slot.draft_length.observe(timing.n_drafted, timing.n_accepted)
+
+
+def commit(slot: Slot, emitted: list[Emitted]) -> list[tuple[int, Emitted, str]]:
+    """Step 6: append the round's tokens (stopping at an end-of-generation token, which is not emitted), decide
+    whether the sequence is done; returns (output index, token, text) of each emitted token."""
+    shown = []
+    for item in emitted:
+        if slot.verifier.is_eog(item.token_id):
+            slot.finish = "eog"
+            break
+        text = slot.decoder.push(slot.verifier.token_piece(item.token_id))
+        slot.output.append(item.token_id)
+        slot.text_parts.append(text)
+        shown.append((len(slot.output) - 1, item, text))
+    slot.context.extend(item.token_id for item in emitted)
+    if slot.finish is None and len(slot.output) >= slot.config.max_tokens:
+        slot.finish = "max_tokens"
+    return shown
+
+
+def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
+    """The last event of a sequence: its text and SPEC §3 metrics."""
+    slot.text_parts.append(slot.decoder.flush())
+    metrics = build_metrics(slot.prompt_tokens, len(slot.output), slot.counters, prefill_s=slot.prefill_s,
+                            decode_s=clock() - slot.started,
+                            llama_s=llama_seconds(slot.verifier, slot.drafter) - slot.llama_before,
+                            finish=slot.finish or "stopped", extra_draft_steps=slot.extra_steps,
+                            prefill_decoded=slot.prefill_decoded)
+    return Finished("".join(slot.text_parts), metrics, tuple(slot.output))
+
+
+def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounters, *, prefill_s: float,
+                  decode_s: float, llama_s: float, finish: str, extra_draft_steps: int,
+                  prefill_decoded: int) -> Metrics:
+    """SPEC §3 metrics of one finished generation from its round counters."""
+    return Metrics(
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, rounds=counters.rounds, drafted=counters.drafted,
+        accepted=counters.accepted, per_position_reached=tuple(counters.reached),
+        per_position_accepted=tuple(counters.accepted_at), prefill_s=prefill_s, decode_s=decode_s,
+        draft_s=counters.draft_s, verify_s=counters.verify_s, llama_s=llama_s,
+        truncated=finish in {"context", "max_tokens"}, finish_reason=finish,
+        draft_lengths=tuple(counters.draft_lengths), extra_draft_steps=extra_draft_steps,
+        prefill_decoded=prefill_decoded, full_accept_rounds=counters.full_rounds,
+    )
+
+
+def llama_seconds(verifier: Backend, *drafters: Drafter | None) -> float:
+    """Seconds inside llama_decode of the verifier's and the drafters' contexts (shared by every sequence in them)."""
+    return verifier.decode_seconds + sum(d.decode_seconds for d in drafters if d is not None)
+
+
+def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k: int) -> TokenEvent:
+    """The event of one emitted token (with the top ``top_k`` alternatives of p and q, for the inspector)."""
+    return TokenEvent(
+        index=index, token_id=item.token_id, text=text, verdict=item.verdict, draft_position=item.draft_position,
+        p_x=item.p_x, q_x=item.q_x, pi_x=item.pi_x, accept_prob=item.accept_prob, statistic=item.statistic,
+        rejected_token=item.rejected_token, round=timing,
+        top_p=_top(item.p_row, top_k), top_q=_top(item.q_row, top_k),
+    )
+
+
+def _top(row: np.ndarray | None, k: int) -> tuple[tuple[int, float], ...]:
+    """The k likeliest ids of a distribution. Processed rows (top-k/top-p) have a few dozen non-zeros: gather
+    them first, which is ten times cheaper than partitioning the whole vocabulary (this runs per token)."""
+    if row is None or k <= 0:
+        return ()
+    ids = np.flatnonzero(row)
+    if len(ids) > k:
+        ids = ids[np.argpartition(row[ids], -k)[-k:]]
+    ids = ids[np.argsort(-row[ids], kind="stable")]
+    return tuple((int(i), float(row[i])) for i in ids)

@@ -1,0 +1,115 @@
+"""Executors turn work units into records (the driver, ``runner.run_units``, only writes them).
+
+- ``SequentialExecutor``: one unit at a time on one pair (the one-sequence loop);
+- ``ParallelExecutor``: K units at once, one sequence each in one context per model, through the same continuous
+  batching the server uses (``relaxtui.executors.BatchedExecutor``);
+- ``relaxtui.evals.ray_executor.RayExecutor``: units on Ray actors, each running one of the two above.
+
+Records come back as units finish, which may be out of plan order: the driver keys them by (config, problem,
+seed), so resume and deduplication do not care. A unit cut short by a stop request yields no record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from relaxtui.decoding.backend import Backend, MultiBackend
+from relaxtui.decoding.batched import Job
+from relaxtui.decoding.drafters import Drafter
+from relaxtui.decoding.events import Finished
+from relaxtui.decoding.loop import generate
+from relaxtui.evals.tasks.base import Sample, Task
+from relaxtui.evals.units import WorkUnit, make_record, unit_config
+from relaxtui.executors import BatchedExecutor
+
+if TYPE_CHECKING:
+    from relaxtui.evals.runner import EvalPlan
+
+__all__ = ["Executor", "ParallelExecutor", "SequentialExecutor", "local_executor"]
+
+
+class Executor(Protocol):
+    """Lifecycle: ``start()`` readies what it runs on (Ray starts its actors; a local pair is loaded by the caller),
+    ``run(...)`` yields records as units finish (it may be called again with more units), ``close()`` frees it."""
+
+    def start(self) -> object: ...
+    def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
+            should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
+class _Local:
+    """Local executors run on a pair the caller loaded and frees: nothing to start or close here."""
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SequentialExecutor(_Local):
+    """Runs units one at a time on one verifier/drafter pair (the one-sequence loop)."""
+
+    def __init__(self, verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
+        self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
+        self._prompts: dict[str, list[int]] = {}
+
+    def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
+            should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+        """Yield one record per finished unit; a unit cut short by a stop request yields nothing."""
+        for unit in units:
+            if should_stop():
+                return
+            prompt = self._prompts.get(unit.sample.id)
+            if prompt is None:
+                prompt = self._prompts[unit.sample.id] = self.tokenize(unit.sample)
+            config, rule = unit_config(plan, unit)
+            drafter = self.drafter if unit.point.rule else None
+            finished = None
+            for event in generate(self.verifier, prompt, config, drafter=drafter, rule=rule,
+                                  should_stop=should_stop):
+                if isinstance(event, Finished):
+                    finished = event
+            assert finished is not None
+            if finished.metrics.finish_reason == "stopped":
+                return  # the unfinished sample is not recorded; the next run redoes it
+            yield make_record(task, unit, finished)
+
+
+class ParallelExecutor(_Local):
+    """Runs units ``verifier.n_seq`` at a time on one pair whose contexts hold that many sequences."""
+
+    def __init__(self, verifier: MultiBackend, drafter: Drafter | None,
+                 tokenize: Callable[[Sample], list[int]]) -> None:
+        self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
+        self._prompts: dict[str, list[int]] = {}
+
+    def _jobs(self, plan: EvalPlan, units: Sequence[WorkUnit]) -> Iterator[Job]:
+        for unit in units:  # a prompt is tokenised once per sample, shared by its configs and seeds
+            prompt = self._prompts.get(unit.sample.id)
+            if prompt is None:
+                prompt = self._prompts[unit.sample.id] = self.tokenize(unit.sample)
+            config, rule = unit_config(plan, unit)
+            yield Job(prompt, config, rule, speculative=unit.point.rule is not None, tag=unit)
+
+    def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
+            should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+        """Yield one record per finished unit, as units finish: the units, in plan order, are the jobs of one
+        ``BatchedExecutor`` run in this thread (the server's continuous batching, fed once and closed)."""
+        batch = BatchedExecutor(self.verifier, self.drafter)
+        batch.submit(self._jobs(plan, units))
+        batch.close()  # no more jobs: the run ends when these are done
+        for job, finished in batch.run(should_stop, tokens=False):
+            if not isinstance(finished, Finished) or finished.metrics.finish_reason == "stopped":
+                continue  # the unfinished unit is not recorded; the next run redoes it
+            yield make_record(task, job.tag, finished)
+
+
+def local_executor(verifier: Backend, drafter: Drafter | None,
+                   tokenize: Callable[[Sample], list[int]]) -> Executor:
+    """The executor for a local pair: the batched one when the verifier's context holds several sequences."""
+    if getattr(verifier, "n_seq", 1) > 1:
+        return ParallelExecutor(verifier, drafter, tokenize)  # type: ignore[arg-type]
+    return SequentialExecutor(verifier, drafter, tokenize)

@@ -1,0 +1,72 @@
+"""What an executor turns into a record: a work unit (one problem and seed under one config), the generation
+config and rule it runs with, and the record of its finished generation.
+
+Shared by every executor (one sequence at a time, many in one context, Ray actors on other nodes) and by the
+driver (``runner.run_units``), so a record is made the same way wherever its unit ran.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from relaxtui.decoding.events import Finished
+from relaxtui.decoding.loop import GenerationConfig
+from relaxtui.evals.degeneracy import is_degenerate
+from relaxtui.evals.results import GridPoint
+from relaxtui.evals.tasks.base import Sample, Task
+from relaxtui.rules import Rule, make
+
+if TYPE_CHECKING:
+    from relaxtui.evals.runner import EvalPlan
+
+__all__ = ["WorkUnit", "make_record", "unit_config"]
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One generation to run: a (problem, seed) under one config. Units are what executors consume."""
+
+    sample: Sample
+    point: GridPoint
+    config_id: str
+    seed: int
+    repeat: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.config_id, self.sample.id, self.seed
+
+
+
+def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any]:
+    """The JSON line of a finished unit: identity, output, score, and every counter the reports need."""
+    metrics = finished.metrics
+    score = task.score(finished.text, unit.sample)
+    return {
+        "task": task.name, "task_version": task.version, "problem_id": unit.sample.id,
+        "config_id": unit.config_id, "config": {**asdict(unit.point), "label": unit.point.label},
+        "seed": unit.seed, "repeat": unit.repeat,
+        "output": finished.text, "parsed": score.parsed if isinstance(score.parsed, (str, int, float)) else None,
+        "correct": bool(score.correct), "detail": score.detail,
+        "output_tokens": metrics.output_tokens, "prompt_tokens": metrics.prompt_tokens,
+        "truncated": metrics.truncated, "finish_reason": metrics.finish_reason,
+        "degenerate": is_degenerate(finished.token_ids),
+        "rounds": metrics.rounds, "drafted": metrics.drafted, "accepted": metrics.accepted,
+        "draft_lengths": list(metrics.draft_lengths), "extra_draft_steps": metrics.extra_draft_steps,
+        "full_accept_rounds": metrics.full_accept_rounds,
+        "per_position_reached": list(metrics.per_position_reached),
+        "per_position_accepted": list(metrics.per_position_accepted),
+        "per_position_acceptance": list(metrics.per_position_acceptance),
+        "decode_s": metrics.decode_s, "prefill_s": metrics.prefill_s, "tokens_per_s": metrics.tokens_per_s,
+        "finished_at": time.time(),
+    }
+
+
+def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule | None]:
+    rule = (make(unit.point.rule, unit.point.knob, temperature=plan.sampling.temperature or 1.0)
+            if unit.point.rule else None)
+    config = GenerationConfig(draft_max=unit.point.draft_max, max_tokens=plan.max_tokens, sampling=plan.sampling,
+                              seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive)
+    return config, rule
