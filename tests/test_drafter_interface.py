@@ -158,13 +158,10 @@ def test_drafters_are_built_by_the_factory_alone():
     assert _violations("build", "rest") == {}
 
 
-@pytest.mark.xfail(strict=True, reason="serve/pair.py (the server's, in progress) builds ModelDrafter/NgramDrafter "
-                                      "itself: build them with make_drafter (a fake model through open_model)")
 def test_the_server_builds_its_drafters_through_the_factory():
     assert _violations("build", "serve") == {}
 
 
-@pytest.mark.xfail(strict=True, reason="tui/engine.py converted by the TUI owner")
 def test_the_tui_does_not_inspect_or_build_a_drafter_either():
     assert _violations("inspect", "tui") == {} and _violations("build", "tui") == {}
 

@@ -11,17 +11,16 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.backend import FakeBackend
-from relaxtui.decoding.drafters import Drafter, ModelDrafter
+from relaxtui.decoding.drafters import Drafter, DrafterOptions, make_drafter
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
@@ -120,8 +119,9 @@ class ChatEngine:
     def models(self) -> tuple[ModelInfo, ModelInfo]:
         """(verifier, drafter) as loaded now: what a saved chat records and a resumed one compares against."""
         verifier_path = getattr(getattr(self, "verifier", None), "path", None)
-        drafter_path = getattr(getattr(self.drafter, "model", None), "path", None)
-        kind = NO_DRAFTER if self.drafter is None else str(getattr(self.drafter, "kind", "model"))
+        traits = self.drafter.traits if self.drafter is not None else None
+        drafter_path = traits.model_path if traits is not None else None
+        kind = traits.kind if traits is not None else NO_DRAFTER
         return (ModelInfo(self.verifier_name, None if verifier_path is None else str(verifier_path)),
                 ModelInfo(self.drafter_name, None if drafter_path is None else str(drafter_path), kind))
 
@@ -186,8 +186,7 @@ class LlamaChatEngine(ChatEngine):
         from relaxtui.costmodel.calibrate import calibrate
 
         progress("timing this machine's round costs…")
-        drafter = self.drafter if isinstance(self.drafter, ModelDrafter) else None
-        return calibrate(self.verifier, drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(),
+        return calibrate(self.verifier, self.drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(),
                          repeats=2)
 
     def drafter_choices(self) -> list[str]:
@@ -197,26 +196,19 @@ class LlamaChatEngine(ChatEngine):
         return [NO_DRAFTER, NGRAM, *names]
 
     def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
-        from relaxtui.decoding.vocab import check_vocab
-        from relaxtui.engine.llama import LlamaModel
-        from relaxtui.models.store import resolve_model
+        """Switch drafters through the same factory as the command line, with every option (GPU layers, p-min,
+        n-gram sizes); a drafter that does not fit the verifier is one error and the old one stays."""
+        from relaxtui.session import load_drafter
 
-        old = getattr(self.drafter, "model", None)
+        old = self.drafter
         if name == NO_DRAFTER:
             self.drafter = None
-        elif name == NGRAM:
-            self.drafter = NgramDrafter(self.verifier.n_vocab)
         else:
-            progress(f"loading drafter {name}…")
-            path = resolve_model(name)
-            model = LlamaModel(path, n_ctx=self.options.ctx_size, n_threads=self.options.threads)
-            try:
-                check_vocab(self.verifier, model, names=(self.verifier.path.name, path.name))
-            except UserError:
-                model.close()
-                raise
-            self.drafter = ModelDrafter(model, self.verifier.n_vocab)
-        if old is not None:
+            if name != NGRAM:
+                progress(f"loading drafter {name}…")
+            kind = "ngram" if name == NGRAM else "model"
+            self.drafter = load_drafter(replace(self.options, drafter=name, draft_kind=kind), self.verifier)
+        if old is not None and self.pair is not None and old is not self.pair.drafter:
             old.close()
         self.drafter_name = name
         return self._measure(progress)
@@ -234,10 +226,9 @@ class LlamaChatEngine(ChatEngine):
         """Free the models once nothing uses them (a reply still stopping holds the lock for one round)."""
         with self.lock:
             if self.pair is not None:
+                if self.drafter is not None and self.drafter is not self.pair.drafter:
+                    self.drafter.close()
                 self.pair.close()
-                model = getattr(self.drafter, "model", None)
-                if model is not None and model is not getattr(self.pair.drafter, "model", None):
-                    model.close()
                 self.pair = None
 
 
@@ -268,7 +259,7 @@ class FakeChatEngine(ChatEngine):
 
         self.verifier = FakeBackend(verifier_logits, vocab, pieces=pieces, n_ctx=n_ctx)
         self._draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx)
-        self.drafter = ModelDrafter(self._draft_model, vocab)
+        self.drafter = self._fake("model")
         self.drafter_name = "fake-drafter"
         self.verifier_name = "fake-verifier"
         self.step_s = step_s
@@ -281,9 +272,12 @@ class FakeChatEngine(ChatEngine):
     def drafter_choices(self) -> list[str]:
         return [NO_DRAFTER, NGRAM, "fake-drafter"]
 
+    def _fake(self, kind: str) -> Drafter:
+        """A drafter of ``kind`` built by the real factory around the fake draft model."""
+        return make_drafter(DrafterOptions(kind=kind), self.verifier, open_model=lambda _: self._draft_model)
+
     def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
-        self.drafter = {NO_DRAFTER: None, NGRAM: NgramDrafter(self.verifier.n_vocab)}.get(
-            name, ModelDrafter(self._draft_model, self.verifier.n_vocab))
+        self.drafter = None if name == NO_DRAFTER else self._fake("ngram" if name == NGRAM else "model")
         self.drafter_name = name
         return self.load(progress)
 
