@@ -170,7 +170,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def _one_line(exc: Exception) -> str:
     """The message as one line of plain text: it may quote outside input (a file name, a header field), whose
     newlines, terminal escapes and undecodable bytes must not reach the terminal as such."""
-    from relaxtui.commands.common import terminal_text
+    from relaxtui.display import terminal_text
 
     return terminal_text(" ".join(str(exc).split("\n")))
 

@@ -24,10 +24,10 @@ from relaxtui.commands.common import (
     non_negative_int,
     positive_int,
     seed,
-    terminal_text,
     utf8_path,
     utf8_text,
 )
+from relaxtui.display import terminal_text
 
 NOT_FINITE = ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e999"]
 NOT_UTF8 = "\udcff"  # what Python makes of argv byte 0xff (surrogateescape)

@@ -201,3 +201,75 @@ def test_tune_refuses_what_eval_refuses_before_loading(capsys, tmp_path):
     fails_with(capsys, ["tune", "aime", "--profile", "nope", *missing], "nope")
     fails_with(capsys, ["tune", "aime", *missing], "nope.gguf")  # the model is checked before the folder
     assert not out.exists()
+
+
+def test_a_hostile_folder_cannot_write_through_links_or_forge_lines(capsys, tmp_path):
+    """A run folder handed over by someone else: outputs planted as links to other files are replaced, never
+    written through, and text from the manifest cannot add lines to the terminal or the Markdown."""
+    folder = tmp_path / "run"
+    victim = tmp_path / "victim.sh"
+    victim.write_text("echo safe\n")
+    ResultsStore(folder).open_run(RunIdentity({**MANIFEST, "verifier": "x\necho PWNED\n\x1b[31m"}))
+    ResultsStore(folder).append(GOOD)
+    for name in ("summary.md", "summary.csv", "pareto.png"):
+        (folder / name).symlink_to(victim)
+    assert main(["eval", "report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert victim.read_text() == "echo safe\n" and not (folder / "summary.md").is_symlink()
+    assert "\necho PWNED" not in out and "\x1b[31m" not in out
+    assert "\necho PWNED" not in (folder / "summary.md").read_text()
+
+
+def test_a_fifo_or_device_in_a_run_folder_is_one_line_not_a_hang(capsys, tmp_path):
+    import os
+
+    ResultsStore(tmp_path).open_run(RunIdentity(MANIFEST))
+    os.mkfifo(tmp_path / "results.jsonl")  # nobody writes it: a blocking read would hang forever
+    fails_with(capsys, ["eval", "report", str(tmp_path)], "is not a regular file")
+    (tmp_path / "results.jsonl").unlink()
+    (tmp_path / "results.jsonl").symlink_to("/dev/zero")
+    fails_with(capsys, ["eval", "report", str(tmp_path)], "is not a regular file")
+
+
+def test_unstable_profile_timings_are_said_and_not_advice(capsys, run_folder_with_profile):
+    folder, profile = run_folder_with_profile
+    assert main(["eval", "report", str(folder)]) == 0
+    assert "warning: profile this-machine: its timings stayed unstable" in capsys.readouterr().out
+    from relaxtui.evals.report import summarise
+    from relaxtui.evals.tune import recommend
+
+    rows = [record("c0", None, 0, f"p{i}", 0, True) for i in range(6)]
+    rows += [record("c1", "strict", 3, f"p{i}", 0, True) for i in range(6)]
+    advice = recommend(summarise(rows, [profile]), max_drop=2.0, profile=profile)
+    assert "not a recommendation" in advice.caveat
+
+
+@pytest.fixture
+def run_folder_with_profile(tmp_path):
+    from dataclasses import replace
+
+    from relaxtui.costmodel.profiles import CostProfile
+
+    profile = replace(CostProfile("this-machine", "cpu", "v.gguf", "d.gguf", 10.0, 3.0, {1: 10.0, 4: 14.0}),
+                      timing_spread=0.9, timing_stable=False)
+    store = ResultsStore(tmp_path)
+    store.open_run(RunIdentity(MANIFEST))
+    store.append(GOOD)
+    (tmp_path / "measured-profile.json").write_text(profile.to_json())
+    return tmp_path, profile
+
+
+def test_report_names_a_missing_this_machine_profile(capsys, tmp_path):
+    ResultsStore(tmp_path).open_run(RunIdentity(MANIFEST))
+    ResultsStore(tmp_path).append(GOOD)
+    fails_with(capsys, ["eval", "report", str(tmp_path), "--profile", "this-machine"],
+               "has no measured-profile.json")
+
+
+@pytest.mark.model
+def test_tune_checks_every_drafter_before_the_first_runs(capsys, tmp_path, test_model_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(test_model_path.read_bytes()[:4096])
+    fails_with(capsys, ["tune", "aime", "--limit", "1", "--verifier", str(test_model_path), "--drafters",
+                        str(test_model_path), str(broken), "--out", str(tmp_path / "tune")], "broken.gguf")
+    assert not (tmp_path / "tune").exists()

@@ -371,3 +371,18 @@ def test_the_launcher_aborts_when_a_required_step_fails(monkeypatch):
     monkeypatch.setattr(sandbox_run, "WORKDIR_SIZE", "not-a-size")  # the work dir's tmpfs mount now fails
     with pytest.raises(sandbox.SandboxError, match="private_workdir"):
         run_python("print('must not run')")
+
+
+def test_a_python_installed_in_the_home_shows_only_its_own_folders():
+    """Python built with --prefix=$HOME/.local (or $HOME): the prefix holds the home, so only the interpreter's
+    library and binary folders inside it are bound, never the prefix itself."""
+    import sysconfig
+
+    from relaxtui.evals.sandbox._program import narrowed
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    prefix = os.path.dirname(os.path.dirname(stdlib))  # .../lib/pythonX.Y -> the prefix
+    assert narrowed(prefix, home="/nonexistent-home", cwd="/nonexistent-cwd") == [prefix]
+    inside = narrowed(prefix, home=prefix, cwd="/nonexistent-cwd")
+    assert prefix not in inside and os.path.realpath(stdlib) in inside
+    assert all(path.startswith(prefix + "/") for path in inside)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,22 +136,6 @@ def utf8_text(text: str) -> str:
 def utf8_path(text: str) -> Path:
     """A path whose name is valid UTF-8 (see ``utf8_text``: it is printed and handed to llama.cpp as UTF-8)."""
     return Path(utf8_text(text))
-
-
-def terminal_text(text: str) -> str:
-    """Outside text (file names, GGUF metadata, hub records) as it may be printed: bytes that were not UTF-8
-    (lone surrogates, which a UTF-8 stdout cannot encode) and control characters other than newline and tab
-    (terminal escape sequences) become visible ``\\xNN``-style escapes."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape'd byte
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif ch not in "\n\t" and unicodedata.category(ch) in ("Cc", "Cs"):
-            out.append(ascii(ch)[1:-1])
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def draft_length(text: str) -> int | str:

@@ -24,18 +24,20 @@ from relaxtui.commands.common import (
 )
 from relaxtui.costmodel.profiles import CostProfile, load_profile
 from relaxtui.decoding.loop import MAX_DRAFT
+from relaxtui.display import one_line
 from relaxtui.errors import UserError
-from relaxtui.evals.identity import RunIdentity, fingerprints
+from relaxtui.evals.identity import RunIdentity, fingerprints, model_paths, run_environment
 from relaxtui.evals.pair import THIS_MACHINE, measure_profile, sample_tokenizer
 from relaxtui.evals.report import (
     SHARED_BATCHES_NOTE,
     json_lines,
     render_table,
     summarise,
+    unstable_profiles,
     warnings,
     write_reports,
 )
-from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records
+from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records, write_atomic
 from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, local_executor, run_units
 from relaxtui.evals.tasks import Sample, Task, get
 
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from relaxtui.session import LoadedPair, ModelOptions
 
 PROMPT_ROOM = 1024  # tokens kept for the prompt on top of --max-tokens
+MEASURING = "measuring this machine's cost profile (once per run folder, again when N grows)…"
 MAX_REPEATS = 1000  # avg@n: more seeds than any benchmark protocol asks for
 
 
@@ -136,24 +139,6 @@ def connect_cluster(address: str | None) -> Callable[[], None]:
     return connect(address or None)
 
 
-def model_paths(options: ModelOptions, *, pull: bool = True) -> dict[str, Path | None]:
-    """The model files of this run as this machine has them (name -> path), for their fingerprints.
-    ``pull=False`` (a Ray driver, which needs no model): what is not here is left out, never fetched."""
-    from relaxtui.models.store import resolve_model
-
-    names = [options.verifier] + ([options.drafter] if options.drafter and options.draft_kind == "model" else [])
-    paths: dict[str, Path | None] = {}
-    for name in names:
-        if pull:
-            paths[name] = resolve_model(name)
-            continue
-        try:
-            paths[name] = None if str(name).startswith("hf:") else resolve_model(name)
-        except UserError:
-            paths[name] = None
-    return paths
-
-
 def run_in_folder(args: argparse.Namespace, task: Task, samples: list[Sample], plan: EvalPlan,
                   options: ModelOptions, store: ResultsStore) -> None:
     """Check the run folder, load what runs the units, then open (or resume) the folder and run every unit
@@ -173,7 +158,7 @@ def run_in_folder(args: argparse.Namespace, task: Task, samples: list[Sample], p
             if line:
                 print(line, file=sys.stderr)
         if profile is not None:
-            (store.directory / MEASURED_PROFILE).write_text(profile)
+            write_atomic(store.directory / MEASURED_PROFILE, profile)
         if environment and environment.get("sandbox_missing"):
             print(f"sandbox: {environment['sandbox_missing']}", file=sys.stderr)  # said once per run
         progress = ProgressBar(sys.stderr)
@@ -225,8 +210,7 @@ def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPla
         raise
 
     def measure_here() -> str:
-        print("measuring this machine's cost profile (once per run folder, again when N grows)…", file=sys.stderr,
-              flush=True)
+        print(MEASURING, file=sys.stderr, flush=True)
         return measure_profile(pair, plan, tokenize(samples[0]))
 
     return OpenedExecutor(local_executor(pair.verifier, pair.drafter, tokenize), measure_here, pair.close)
@@ -241,20 +225,8 @@ def save_measured_profile(store: ResultsStore, pair: LoadedPair, plan: EvalPlan,
     """Calibrate this machine (a few seconds) unless the run folder already has its profile (tune's folders)."""
     path = store.directory / MEASURED_PROFILE
     if not profile_covers(path, plan):
-        print("measuring this machine's cost profile (once per run folder, again when N grows)…", file=sys.stderr,
-              flush=True)
-        path.write_text(measure_profile(pair, plan, prompt))
-
-
-def run_environment(task: Task) -> dict[str, object] | None:
-    """Facts recorded with a run but not part of its identity: which sandbox protections were active."""
-    from relaxtui.evals.tasks.code import CodeTask
-
-    if not isinstance(task, CodeTask):
-        return None
-    from relaxtui.evals import sandbox
-
-    return {"sandbox": sandbox.protections(), "sandbox_missing": sandbox.missing_protections_line()}
+        print(MEASURING, file=sys.stderr, flush=True)
+        write_atomic(path, measure_profile(pair, plan, prompt))
 
 
 def profiles_for_report(specs: list[str], directory: Path | None) -> list[CostProfile]:
@@ -264,6 +236,9 @@ def profiles_for_report(specs: list[str], directory: Path | None) -> list[CostPr
     own = [replace(load_profile(str(measured)), name=THIS_MACHINE)] if measured and measured.exists() else []
     if not specs:
         return own
+    if THIS_MACHINE in specs and not own and directory is not None:
+        raise UserError(f"{directory} has no {MEASURED_PROFILE}: {THIS_MACHINE} is the profile a run measures when "
+                        "it starts; name another profile")
     return [own[0] if spec == THIS_MACHINE and own else load_profile(spec) for spec in specs]
 
 
@@ -286,8 +261,8 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
     batched = int(run_info.get("parallel", 1))
     summaries = summarise(records, profiles, wall_clock=batched == 1)
     note = SHARED_BATCHES_NOTE.format(k=batched) if batched > 1 else None
-    title = (f"{run_info.get('task', '?')} — {run_info.get('verifier', '?')} / {run_info.get('drafter', '?')} "
-             f"(T={run_info.get('temperature', '?')})")
+    title = one_line(f"{run_info.get('task', '?')} — {run_info.get('verifier', '?')} / "
+                     f"{run_info.get('drafter', '?')} (T={run_info.get('temperature', '?')})")
     if as_json:
         print(json_lines(summaries))
     else:
@@ -295,7 +270,7 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
         print(render_table(summaries))
         if note:
             print(note)
-    for line in warnings(summaries):
+    for line in [*warnings(summaries), *unstable_profiles(profiles)]:
         print(line, file=sys.stderr if as_json else sys.stdout)
     for path in write_reports(directory, summaries, title, profiles, note):
         if not as_json:

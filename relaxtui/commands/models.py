@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from relaxtui.commands.common import int_option, terminal_text, utf8_text
+from relaxtui.commands.common import int_option, utf8_text
+from relaxtui.display import terminal_text
 from relaxtui.errors import UserError
 from relaxtui.models.store import install, list_models, model_set, resolve_model
 

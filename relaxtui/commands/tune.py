@@ -24,15 +24,14 @@ from relaxtui.commands.eval import (
     MAX_REPEATS,
     ProgressBar,
     add_profile_option,
-    model_paths,
     profiles_for_report,
-    run_environment,
     save_measured_profile,
 )
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, proxy_speedup
 from relaxtui.decoding.loop import MAX_DRAFT
+from relaxtui.display import one_line
 from relaxtui.errors import UserError
-from relaxtui.evals.identity import RunIdentity, fingerprints
+from relaxtui.evals.identity import RunIdentity, fingerprints, model_paths, run_environment
 from relaxtui.evals.pair import sample_tokenizer
 from relaxtui.evals.report import SHARED_BATCHES_NOTE, render_table, summarise, warnings, write_reports
 from relaxtui.evals.results import ResultsStore
@@ -94,8 +93,28 @@ def plan_drafters(args: argparse.Namespace, task: Task, out: Path) -> list[Draft
                                   models=fingerprints(model_paths(options)))
         store = ResultsStore(out / stem)
         store.check(identity)
+        check_models(options)  # a drafter llama.cpp would refuse, or a K that does not fit, fails before any run
         runs.append(DrafterRun(stem, options, identity, store))
     return runs
+
+
+def check_models(options: ModelOptions) -> None:
+    """What can be known of the pair without loading it: headers llama.cpp would abort on, a vocabulary the
+    verifier does not share (from the headers), and the --parallel capacity."""
+    from relaxtui.engine.capacity import check_parallel
+    from relaxtui.engine.gguf import read_header
+    from relaxtui.engine.gguf_check import check_loadable
+    from relaxtui.models.pairing import header_mismatch
+
+    paths = [path for path in model_paths(options).values() if path is not None]
+    for path in paths:
+        check_loadable(path)
+    if len(paths) == 2:
+        names = (paths[0].name, paths[1].name)
+        mismatch = header_mismatch(read_header(paths[0]), read_header(paths[1]), names)
+        if mismatch is not None:
+            raise UserError(mismatch)
+    check_parallel(options.parallel, paths, options.ctx_size)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     summaries = summarise_drafters(groups, wall_clock=args.parallel == 1)
     profiles = groups[0][1]
     note = SHARED_BATCHES_NOTE.format(k=args.parallel) if args.parallel > 1 else None
-    title = f"tune {task.name} (K={len(samples)}) — {Path(args.verifier).name}"
+    title = one_line(f"tune {task.name} (K={len(samples)}) — {Path(args.verifier).name}")
     print(title)
     print(render_table(summaries))
     if note:

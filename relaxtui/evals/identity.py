@@ -92,3 +92,31 @@ def fingerprints(paths: Mapping[str, Path | None], *,
         from relaxtui.engine.gguf import model_fingerprint as fingerprint
     return {Path(name).name: fingerprint(path) for name, path in paths.items() if path is not None}
 
+
+def model_paths(options: ModelOptions, *, pull: bool = True) -> dict[str, Path | None]:
+    """The model files of this run as this machine has them (name -> path), for their fingerprints.
+    ``pull=False`` (a Ray driver, which needs no model): what is not here is left out, never fetched."""
+    from relaxtui.models.store import resolve_model
+
+    names = [options.verifier] + ([options.drafter] if options.drafter and options.draft_kind == "model" else [])
+    paths: dict[str, Path | None] = {}
+    for name in names:
+        if pull:
+            paths[name] = resolve_model(name)
+            continue
+        try:
+            paths[name] = None if str(name).startswith("hf:") else resolve_model(name)
+        except UserError:
+            paths[name] = None
+    return paths
+
+
+def run_environment(task: Task) -> dict[str, object] | None:
+    """Facts recorded with a run but not part of its identity: which sandbox protections were active."""
+    from relaxtui.evals.tasks.code import CodeTask
+
+    if not isinstance(task, CodeTask):
+        return None
+    from relaxtui.evals import sandbox
+
+    return {"sandbox": sandbox.protections(), "sandbox_missing": sandbox.missing_protections_line()}

@@ -136,6 +136,12 @@ def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
     renderer = figure.canvas.get_renderer()
     for axes, points in labelled:
         place_labels(axes, points, renderer)
-    figure.savefig(path)
+    import io
+
+    from relaxtui.evals.results import write_atomic
+
+    image = io.BytesIO()
+    figure.savefig(image, format="png")
     plt.close(figure)
+    write_atomic(path, image.getvalue())  # a link planted as pareto.png is replaced, never written through
     return True

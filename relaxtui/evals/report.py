@@ -14,6 +14,7 @@ An interval over fewer than ``MIN_INTERVAL_PROBLEMS`` problems, or with no sprea
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections import defaultdict
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
+from relaxtui.display import one_line
 from relaxtui.evals.stats import MeanInterval, PairedDifference, geometric_mean_ratio, paired_difference, pairs_of
 
 
@@ -90,7 +92,8 @@ def _finite(value: float) -> float | None:
 
 
 def _label(config: dict[str, Any]) -> str:
-    return str(config["label"])
+    """A config's label as every view shows it: one printable line (records are outside input)."""
+    return one_line(config["label"])
 
 
 MIN_INTERVAL_PROBLEMS = 5  # fewer problems than this: an interval is shown as n/a, not as a number
@@ -255,6 +258,14 @@ FOOTNOTE = (
     f"{MIN_INTERVAL_PROBLEMS} problems or with no spread, which says nothing.")
 
 
+def unstable_profiles(profiles: Sequence[CostProfile]) -> list[str]:
+    """One warning per profile whose timings stayed implausible when it was measured: its prices are rough."""
+    return [f"warning: profile {one_line(p.name)}: its timings stayed unstable when measured (spread "
+            f"{p.timing_spread if p.timing_spread is not None else '?'}); its priced speed-ups are rough — measure "
+            "again on an idle machine (delete the run folder's measured-profile.json)"
+            for p in profiles if p.timing_stable is False]
+
+
 def warnings(summaries: Sequence[ConfigSummary]) -> list[str]:
     """Lines that keep a small or truncated sample from reading as confident."""
     lines = []
@@ -283,13 +294,14 @@ def render_markdown(summaries: list[ConfigSummary], title: str, profiles: Sequen
     return "\n".join(lines) + "\n"
 
 
-def write_csv(summaries: list[ConfigSummary], path: Path) -> None:
+def csv_text(summaries: list[ConfigSummary]) -> str:
     flat = [_flatten(s.as_dict()) for s in summaries]
     fields = list(dict.fromkeys(key for item in flat for key in item)) or ["config"]
-    with path.open("w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(flat)
+    stream = io.StringIO(newline="")
+    writer = csv.DictWriter(stream, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(flat)
+    return stream.getvalue()
 
 
 def _flatten(data: dict[str, Any]) -> dict[str, Any]:
@@ -317,10 +329,12 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 def write_reports(directory: Path, summaries: list[ConfigSummary], title: str,
                   profiles: Sequence[CostProfile] = (), note: str | None = None) -> list[Path]:
     from relaxtui.evals.plot import plot
+    from relaxtui.evals.results import write_atomic
 
+    title = one_line(title)
     written = [directory / "summary.csv", directory / "summary.md"]
-    write_csv(summaries, written[0])
-    written[1].write_text(render_markdown(summaries, title, profiles, note))
+    write_atomic(written[0], csv_text(summaries))
+    write_atomic(written[1], render_markdown(summaries, title, profiles, note))
     if plot(summaries, directory / "pareto.png", title):
         written.append(directory / "pareto.png")
     return written

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
+import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
 MEASURED_PROFILE = "measured-profile.json"  # this machine's cost profile, measured when the run started
 MANIFEST_MAX_BYTES = 1 << 20
+RESULTS_MAX_BYTES = 4 << 30  # a results file past this is not one relaxtui wrote
 LINE_MAX_BYTES = 64 << 20  # one record holds one output (a 32k-token answer is well under 1 MiB)
 TORN = "torn last line (what a kill leaves)"
 
@@ -118,17 +121,45 @@ def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     return (value, None) if problem is None else (None, problem)
 
 
+def read_regular(path: Path, cap: int) -> bytes:
+    """The bytes of a regular file of at most ``cap`` bytes. Opened without blocking and checked after opening,
+    so a FIFO, a device (a link to /dev/zero) or a folder under the name is one line, never a hang."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{path} is not a regular file")
+        if info.st_size > cap:
+            raise UserError(f"{path} is {info.st_size} bytes, more than a run folder holds ({cap})")
+        return stream.read(cap + 1)[:cap]
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``path`` whole or not at all, through a new temporary file renamed over it: a kill never leaves half
+    a file, and a symbolic link planted under the name is replaced, never followed into another file."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(payload)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def read_manifest(directory: Path) -> dict[str, Any] | None:
     """The folder's manifest as a JSON object, None when there is none; a damaged one is a UserError."""
     path = Path(directory) / MANIFEST
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        if not path.is_file() or path.stat().st_size > MANIFEST_MAX_BYTES:
-            raise UserError(f"{path} is not a manifest (not a file, or over {MANIFEST_MAX_BYTES >> 20} MiB)")
-        value = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+        value = json.loads(read_regular(path, MANIFEST_MAX_BYTES).decode("utf-8"))
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8; use another --out") from None
     except (ValueError, RecursionError):
@@ -179,20 +210,18 @@ class ResultsStore:
         except OSError as exc:
             raise UserError(f"--out {self.directory} is not writable: {exc.strerror}") from None
         manifest = self.directory / MANIFEST
-        previous = read_manifest(self.directory)
+        previous = read_manifest(self.directory)  # read again: check() may have run before the folder existed
         if environment is None and previous is not None:
             environment = previous.get(ENVIRONMENT)
         content = recorded.manifest(environment if isinstance(environment, Mapping) else None)
         if content != previous:
-            partial = manifest.with_name(MANIFEST + ".partial")
-            partial.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
-            partial.replace(manifest)  # atomic: a kill never leaves a half-written manifest
+            write_atomic(manifest, json.dumps(content, indent=2, sort_keys=True) + "\n")
         return self._repair_torn_tail()
 
     def _repair_torn_tail(self) -> str | None:
         if not self.path.exists():
             return None
-        data = self.path.read_bytes()
+        data = read_regular(self.path, RESULTS_MAX_BYTES)
         if not data or data.endswith(b"\n"):
             return None
         with self.path.open("r+b") as stream:
@@ -202,13 +231,9 @@ class ResultsStore:
     def read(self) -> ReadResult:
         """Every usable record in file order, and the lines skipped (a torn last line among them)."""
         result = ReadResult()
-        if not self.path.exists():
+        if not self.path.exists() and not self.path.is_symlink():
             return result
-        try:
-            data = self.path.read_bytes()
-        except OSError as exc:
-            raise UserError(f"cannot read {self.path}: {exc.strerror}") from None
-        lines = data.split(b"\n")
+        lines = read_regular(self.path, RESULTS_MAX_BYTES).split(b"\n")
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue

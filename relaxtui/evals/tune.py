@@ -122,12 +122,16 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
     points = {(speed_of(s, primary), 100 * s.accuracy): s for s in placed}
     front = [points[p] for p in pareto_front(list(points))]
     problems = max((s.problems for s in placed), default=0)
-    caveat = None
+    caveats = []
     if problems < 2:
-        caveat = f"only {problems} problem(s): no paired interval can be formed; rerun with a larger --limit"
+        caveats.append(f"only {problems} problem(s): no paired interval can be formed; rerun with a larger --limit")
     elif problems < FEW_PROBLEMS:
-        caveat = (f"only {problems} problems: intervals over so few are rough, and pairs that all tie prove "
-                  "nothing (advice treats them as if one pair disagreed); rerun with a larger --limit")
+        caveats.append(f"only {problems} problems: intervals over so few are rough, and pairs that all tie prove "
+                       "nothing (advice treats them as if one pair disagreed); rerun with a larger --limit")
+    if profile is not None and primary is not None and profile.timing_stable is False:
+        caveats.append(f"the timings behind profile {profile.name!r} stayed unstable when measured: these speed-ups "
+                       "are rough, not a recommendation; measure again on an idle machine")
+    caveat = "; ".join(caveats) or None
     slower = None
     if best_strict is not None and speed_of(best_strict, primary) <= 1.0:
         slower = (f"speculation does not pay here: the best strict config, {best_strict.label}, reaches "

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 
 # The interpreter the program runs under, by its real path: a virtualenv's bin/python is a link that may live
 # under /tmp (a clone in /tmp, CI), which the private /tmp hides, or in the project tree, which is hidden;
@@ -88,8 +89,28 @@ def visible_paths() -> tuple[str, ...]:
         pass  # the prefixes of this interpreter, which the program's is, still cover the standard library
     paths = [*SYSTEM_PATHS, *ETC_PATHS]
     covered = [os.path.realpath(path) for path in SYSTEM_PATHS if os.path.exists(path)]
-    for path in (os.path.realpath(path) for path in [*prefixes, *libraries] if path):
-        if path != "/" and not any(path == root or path.startswith(root.rstrip("/") + "/") for root in covered):
+    wanted = [part for path in [*prefixes, *libraries] if path for part in narrowed(os.path.realpath(path))]
+    for path in wanted:
+        if path != "/" and not any(_inside(path, root) for root in covered):
             paths.append(path)
             covered.append(path)
     return tuple(paths)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def narrowed(prefix: str, *, home: str | None = None, cwd: str | None = None) -> list[str]:
+    """``prefix``, or, when it holds the caller's home or working folder (Python installed with
+    ``--prefix=$HOME/.local`` or ``--prefix=$HOME``), only the interpreter's own folders inside it: binding the
+    whole prefix would show the program every file of that home."""
+    home = os.path.realpath(home if home is not None else os.path.expanduser("~"))
+    cwd = os.path.realpath(cwd if cwd is not None else os.getcwd())
+    if not (_inside(home, prefix) or _inside(cwd, prefix)):
+        return [prefix]
+    own = {os.path.realpath(path) for key, path in sysconfig.get_paths().items()
+           if key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    own.add(os.path.dirname(os.path.realpath(PROGRAM_PYTHON)))
+    return sorted(path for path in own if _inside(path, prefix) and not _inside(home, path)
+                  and not _inside(cwd, path))

@@ -1,0 +1,32 @@
+"""Outside text as it may be shown: file names, GGUF metadata, manifest fields, hub records.
+
+A run folder or a model file can hold newlines, terminal escape sequences or bytes that were not UTF-8; shown
+as they are they would forge lines of a report, a Markdown file or the terminal. Shared by the CLI and the
+reports (which must not import commands).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+
+def terminal_text(text: str) -> str:
+    """Outside text (file names, GGUF metadata, hub records) as it may be printed: bytes that were not UTF-8
+    (lone surrogates, which a UTF-8 stdout cannot encode) and control characters other than newline and tab
+    (terminal escape sequences) become visible ``\\xNN``-style escapes."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape'd byte
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch not in "\n\t" and unicodedata.category(ch) in ("Cc", "Cs"):
+            out.append(ascii(ch)[1:-1])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def one_line(text: object) -> str:
+    """``text`` as one line of printable text: whitespace runs (newlines too) become one space, then
+    ``terminal_text`` escapes what is left."""
+    return terminal_text(" ".join(str(text).split()))
