@@ -150,7 +150,7 @@ def test_bench_takes_draft_max_like_every_other_command():
 
 @pytest.mark.model
 def test_generate_prints_only_the_completion_on_stdout(capsys, test_model_path):
-    argv = ["generate", "Count to five.", "--verifier", str(test_model_path), "--drafter", str(test_model_path),
+    argv = ["generate", "Count to five.", "--verifier", str(test_model_path), "--no-spec", "--threads", "1",
             "--max-tokens", "12", "--temperature", "0", "--ctx-size", "256", "--color", "never"]
     assert main([*argv, "--json"]) == 0
     text = json.loads(capsys.readouterr().out.splitlines()[-1])["text"]
