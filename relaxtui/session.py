@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaxtui.decoding.config import MAX_DRAFT
 from relaxtui.decoding.drafters import DRAFT_KINDS, Drafter, DrafterOptions, drafter_kind, make_drafter
 from relaxtui.engine.capacity import check_parallel
 from relaxtui.engine.llama import LlamaModel
@@ -33,6 +34,8 @@ class ModelOptions:
     ngram_max: int = 3
     draft_p_min: float = 0.0
     parallel: int = 1  # sequences per context (K): --parallel; ctx_size is per sequence
+    draft_max: int = 16  # the longest draft the run verifies: a recurrent/hybrid verifier keeps that many
+    # recurrent-state snapshots per sequence (+1: the bonus room) and is refused in one line if it cannot
 
     def __post_init__(self) -> None:
         drafter_kind(self.draft_kind)  # an unknown kind: one line
@@ -46,6 +49,14 @@ class ModelOptions:
             raise UserError(f"--parallel must be >= 1 (got {self.parallel})")
         if self.gpu_layers < -1:
             raise UserError(f"--gpu-layers must be >= -1, -1 = all (got {self.gpu_layers})")
+        if not 0 <= self.draft_max <= MAX_DRAFT:
+            raise UserError(f"--draft-max must be in 0..{MAX_DRAFT} (got {self.draft_max})")
+
+    @property
+    def drafter_file(self) -> str | None:
+        """The ``--drafter`` value when it names a model file the kind opens (None: ngram, the verifier's own MTP
+        heads, or no drafter)."""
+        return drafter_kind(self.draft_kind).file_of(self.drafter)
 
 
 @dataclass
@@ -78,9 +89,8 @@ def _drafter_options(options: ModelOptions, path: Path | None) -> DrafterOptions
 
 
 def _drafter_path(options: ModelOptions) -> Path | None:
-    if options.drafter is None or not drafter_kind(options.draft_kind).model_file:
-        return None
-    return resolve_model(options.drafter)
+    name = options.drafter_file
+    return None if name is None else resolve_model(name)
 
 
 def load_pair(options: ModelOptions) -> LoadedPair:
@@ -93,8 +103,11 @@ def load_pair(options: ModelOptions) -> LoadedPair:
     # a kind that drafts from the verifier's hidden rows (an MTP head) needs a verifier that keeps them
     keep_hidden = {"mtp": True} if speculative and drafter_kind(options.draft_kind).needs_hidden_states else {}
     verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads,
-                          n_gpu_layers=_gpu_layers(options.gpu_layers), n_seq=options.parallel, **keep_hidden)
+                          n_gpu_layers=_gpu_layers(options.gpu_layers), n_seq=options.parallel,
+                          rollback_depth=options.draft_max + 1, **keep_hidden)
     try:
+        if speculative and options.draft_max > 0:
+            verifier.require_rollback(options.draft_max)  # a hybrid model that cannot: one line, before decoding
         drafter = make_drafter(_drafter_options(options, drafter_path), verifier) if speculative else None
     except BaseException:
         verifier.close()

@@ -282,3 +282,16 @@ def test_a_job_may_draft_with_another_drafter_than_the_loops(markov_pair):
     assert results["ngram"].token_ids == alone.token_ids
     assert results["ngram"].metrics.draft_lengths == alone.metrics.draft_lengths
     assert results["model"].token_ids == run_one(target, draft, jobs[1]).token_ids
+
+
+def test_a_job_stopped_before_its_prefill_reads_no_prompt_and_stops_no_other():
+    """A job whose own stop request is already set when it takes a slot (a client gone while it waited) ends
+    "stopped" without prefilling its prompt; the other jobs run to their end."""
+    verifier = multi(cycle_table(), 2)
+    config = GenerationConfig(draft_max=0, max_tokens=3, sampling=GREEDY)
+    jobs = [Job([1, 2, 3, 4, 5], config, tag="gone", should_stop=lambda: True), Job([0], config, tag="kept"),
+            Job([2], config, tag="next")]
+    results = run_many(verifier, jobs)
+    assert results["gone"].metrics.finish_reason == "stopped" and results["gone"].token_ids == ()
+    assert (0, 4) not in [item for batch in verifier.batches for item in batch]  # its 4-token prefill never ran
+    assert results["kept"].metrics.finish_reason == results["next"].metrics.finish_reason == "max_tokens"

@@ -32,7 +32,8 @@ def fails_with(capsys, argv, message):
         (["generate", "hi", "--ctx-size", "8"], "--ctx-size must be at least 16"),
         (["generate", "hi", "--rule", "nonsense"], "unknown rule 'nonsense'; known rules: strict"),
         (["generate", "hi", "--draft-max", "three"], "invalid draft length: 'three' (a whole number or auto)"),
-        (["generate", "hi", "--draft-kind", "mtp"], "unknown drafter kind 'mtp'; known: model, ngram"),
+        (["generate", "hi", "--draft-kind", "eagle"], "unknown drafter kind 'eagle'; known: model, ngram, mtp"),
+        (["generate", "hi", "--draft-kind", "mtp"], "has no MTP layers (qwen2.nextn_predict_layers is 0)"),
         (["generate", "hi", "--draft-min", "5"], "--draft-min must be in 0..--draft-max (3)"),
         (["generate", "hi", "--draft-p-min", "1.5"], "--draft-p-min must be in [0, 1)"),
         (["bench", "--draft-max", "0"], "--draft-max must be in 1..16"),
@@ -150,7 +151,7 @@ def test_bench_takes_draft_max_like_every_other_command():
 
 @pytest.mark.model
 def test_generate_prints_only_the_completion_on_stdout(capsys, test_model_path):
-    argv = ["generate", "Count to five.", "--verifier", str(test_model_path), "--no-spec", "--threads", "1",
+    argv = ["generate", "Count to five.", "--verifier", str(test_model_path), "--drafter", str(test_model_path),
             "--max-tokens", "12", "--temperature", "0", "--ctx-size", "256", "--color", "never"]
     assert main([*argv, "--json"]) == 0
     text = json.loads(capsys.readouterr().out.splitlines()[-1])["text"]

@@ -151,9 +151,8 @@ def test_calibration_on_fake_models_fills_every_cost():
 def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path):
     saved = tmp_path / "here.json"
     code = main(["bench", "--verifier", str(test_model_path), "--drafter", str(test_model_path), "--draft-max", "2",
-                 "--threads", "1", "--max-tokens", "12", "--prompts", "1", "--repeats", "2", "--passes", "1",
-                 "--ctx-size", "512", "--profile", "paper-gb200", "--profile", "memory-bound:0.2",
-                 "--save-profile", str(saved), "--json"])
+                 "--max-tokens", "12", "--prompts", "1", "--repeats", "2", "--passes", "1", "--ctx-size", "512",
+                 "--profile", "paper-gb200", "--profile", "memory-bound:0.2", "--save-profile", str(saved), "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     profile = load_profile(str(saved))  # this machine's profile, loadable as --profile elsewhere
@@ -179,7 +178,7 @@ def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path
 @pytest.mark.model
 def test_bench_text_marks_the_best_n(capsys, test_model_path):
     assert main(["bench", "--verifier", str(test_model_path), "--draft-kind", "ngram", "--n-max", "2",
-                 "--threads", "1", "--max-tokens", "8", "--prompts", "1", "--repeats", "2", "--ctx-size", "512"]) == 0
+                 "--max-tokens", "8", "--prompts", "1", "--repeats", "2", "--ctx-size", "512"]) == 0
     out = capsys.readouterr().out
     # one N marked best, or none and the line saying why (a busy machine may leave every N unstable)
     assert "c_rel" in out and "v(k)" in out and out.count("<- best") + out.count("no N marked best") == 1

@@ -31,7 +31,7 @@ def check_model_files(options: ModelOptions) -> None:
     from relaxtui.engine.gguf import read_header
     from relaxtui.models.store import resolve_model
 
-    names = [options.verifier] + ([options.drafter] if options.drafter and options.draft_kind == "model" else [])
+    names = [options.verifier] + ([options.drafter_file] if options.drafter_file else [])
     for name in names:
         read_header(resolve_model(name))
 

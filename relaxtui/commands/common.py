@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.decoding.loop import BONUS_POLICIES, MAX_DRAFT, GenerationConfig
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
@@ -205,9 +206,21 @@ def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = Tr
 
 def model_options(args: argparse.Namespace, *, speculative: bool = True) -> ModelOptions:
     drafter = args.drafter if speculative and str(args.drafter).lower() != "none" else None
+    own = drafter_kind(args.draft_kind).own_name  # a kind that drafts from the verifier itself without --drafter
+    if own is not None and drafter == DEFAULT_DRAFTER:
+        drafter = own
     return ModelOptions(args.verifier, drafter, args.ctx_size, args.threads, args.gpu_layers,
                         draft_kind=args.draft_kind, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
-                        draft_p_min=getattr(args, "draft_p_min", 0.0), parallel=getattr(args, "parallel", 1))
+                        draft_p_min=getattr(args, "draft_p_min", 0.0), parallel=getattr(args, "parallel", 1),
+                        draft_max=_longest_draft(getattr(args, "draft_max", getattr(args, "n_max", None))))
+
+
+def _longest_draft(value: object) -> int:
+    """The longest N a run's --draft-max asks for (a list in an eval grid; `auto` and none: the default room)."""
+    values = value if isinstance(value, list | tuple) else [value]
+    lengths = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    default = ModelOptions.draft_max
+    return max([*lengths, *([default] if len(lengths) < len(values) or not lengths else [])])
 
 
 def sampling(args: argparse.Namespace) -> SamplingParams:

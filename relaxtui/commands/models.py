@@ -90,21 +90,28 @@ def _list() -> int:
     if not infos:
         _out("no GGUF files in ggml_models/; run `relaxtui models install-default` or `relaxtui models pull`")
         return 0
-    _out(f"{'file':44} {'size':>9} {'arch':10} {'vocab':>7} {'quant':7} source")
+    _out(f"{'file':44} {'size':>9} {'arch':10} {'vocab':>7} {'quant':7} {'mtp':>3} source")
     for info in infos:
         vocab = str(info.vocab_size) if info.vocab_size is not None else "?"
         _out(f"{info.path.name:44} {info.size / 2**20:7.0f} M {info.architecture:10} {vocab:>7} "
-              f"{info.quantisation:7} {info.source}")
+              f"{info.quantisation:7} {info.mtp_layers:>3} {info.source}")
+    if any(info.mtp_layers for info in infos):
+        _out("\nmtp = MTP (nextn) layers in the file: a model with them drafts for itself (--draft-kind mtp)")
     return 0
 
 
 def _pair(args: argparse.Namespace) -> int:
     from relaxtui.costmodel.timing import K_OUTLIER, UNSTABLE_ADVICE
+    from relaxtui.engine.gguf_check import mtp_layers
     from relaxtui.models.pairing import installed_candidates, pair, recommended
 
     if args.ctx_size < 16 or args.repeats < 1:
         raise UserError("--ctx-size must be at least 16 and --repeats at least 1")
     verifier = resolve_model(args.verifier)
+    own_heads = mtp_layers(verifier)
+    if own_heads:  # the verifier's own heads come first: no second model, no vocabulary to match
+        _out(f"{verifier.name} has its own MTP head ({own_heads} layer{'s' if own_heads > 1 else ''}): "
+             f"--draft-kind mtp --verifier {args.verifier} (no --drafter); small LM drafters below", flush=True)
     candidates = [resolve_model(name) for name in args.candidates] or installed_candidates()
     if not [path for path in candidates if path.resolve() != verifier.resolve()]:
         raise UserError("no candidate drafters: name some, or add GGUFs to ggml_models/ (`relaxtui models pull`)")

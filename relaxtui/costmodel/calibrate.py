@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from relaxtui.costmodel.profiles import CostProfile
-from relaxtui.costmodel.timing import Timing, c_rel_problem, measure_many, size_ratio
+from relaxtui.costmodel.timing import Timing, c_rel_problem, measure_many, rewinder, size_ratio
 from relaxtui.decoding.acceptance import Emitted, accept_round
 from relaxtui.decoding.backend import Backend
 from relaxtui.decoding.drafting import Drafter, DraftRequest
@@ -116,13 +116,13 @@ def _interleaved_medians(actions: Sequence[Callable[[], object]], repeats: int) 
 def _verify_block(verifier: Backend, k: int, sampling: SamplingParams, rule: Rule,
                   rng: np.random.Generator) -> None:
     """Decode a k-token block, accept its k-1 drafts as the loop would, roll back."""
-    base = verifier.n_past
+    back = rewinder(verifier)  # a rollback, or on recurrent memory a checkpoint restored
     block = list(verifier.cached_tokens[-k:])  # real, distinct tokens, as a draft block would be
     logits = verifier.decode(block, logits_rows=range(k))
     drafts = [int(np.argmax(row)) for row in logits[: k - 1]]  # likely accepted: the costly path
     probs = np.stack([process(row, sampling) for row in logits[: k - 1]]) if k > 1 else np.empty((0, 0))
     accept_round(drafts, probs, logits[: k - 1] if k > 1 else None, logits, rule, sampling, rng)
-    verifier.rollback(base)
+    back()
 
 
 def _emit_seconds(verifier: Backend, tokens: Sequence[int], repeats: int = 200) -> float:
@@ -157,9 +157,11 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
     def verify(k: int) -> Callable[[], None]:
         return lambda: _verify_block(verifier, k, sampling, rule, rng)
 
+    back = rewinder(verifier)
+
     def single_verifier() -> None:
         verifier.decode([context[-1]], logits_rows=[0])
-        verifier.rollback(len(context))
+        back()
 
     def draft(n: int, tokens: Sequence[int] = context) -> Callable[[], object]:
         # the cache holds the context (and the last draft): a round's re-sync decodes one token, as after a

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from relaxtui.costmodel.timing import measure, step_timings
+from relaxtui.costmodel.timing import measure, rewinder, step_timings
 from relaxtui.decoding.backend import Backend
 from relaxtui.decoding.drafting import Drafter
 
 
 def _median_time(model: Backend, tokens: Sequence[int], repeats: int) -> float:
     """Median seconds of decoding ``tokens`` (rolled back each time), through the self-checking timer."""
-    start = model.n_past
+    back = rewinder(model)
 
     def once() -> None:
         model.decode(list(tokens), logits_rows=range(len(tokens)))
-        model.rollback(start)
+        back()
 
     return measure(once, repeats=repeats, warmup=1).median
 
@@ -37,8 +37,9 @@ def verify_curve(model: Backend, k_max: int, *, context: Sequence[int] = (1, 2, 
     """v(k) for k = 1..k_max: batch time over single-step time (v(1) = 1 by definition)."""
     model.reset()
     model.decode(list(context))
+    back = rewinder(model)
     model.decode([context[-1]] * k_max, logits_rows=range(k_max))  # warm-up: the largest block's buffers
-    model.rollback(len(context))
+    back()
     single = _median_time(model, [context[-1]], repeats)
     curve = [_median_time(model, [context[-1]] * k, repeats) / single for k in range(1, k_max + 1)]
     model.reset()

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
-from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.backend import Backend, sequence_of
 
 K_OUTLIER = 3.5  # robust standard deviations from the median beyond which a sample is an outlier
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal noise
@@ -182,6 +182,17 @@ def size_ratio(drafter: object, verifier: object) -> float | None:
 STEP_CONTEXT = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
+def rewinder(model: Backend) -> Callable[[], None]:
+    """Puts ``model``'s cache back where it is now: a rollback on a KV cache; on recurrent memory (which cannot
+    roll back past its last decode's snapshots) a checkpoint restored, whose state copy the timing then includes."""
+    if getattr(model, "rollback_limit", None) is None:
+        start = model.n_past
+        return lambda: model.rollback(start)
+    view = sequence_of(model)
+    saved = view.checkpoint()
+    return lambda: view.restore(saved)
+
+
 def step_timings(models: Sequence[Backend], *, repeats: int, warmup: int = 1, retries: int = RETRIES,
                  context: Sequence[int] = STEP_CONTEXT, clock: Clock = time.perf_counter,
                  check: Check | None = None) -> list[Timing]:
@@ -190,9 +201,11 @@ def step_timings(models: Sequence[Backend], *, repeats: int, warmup: int = 1, re
     context = list(context)
 
     def step(model: Backend) -> Callable[[], None]:
+        back = rewinder(model)
+
         def once() -> None:
             model.decode([context[-1]], logits_rows=range(1))
-            model.rollback(len(context))
+            back()
         return once
 
     for model in models:

@@ -56,6 +56,14 @@ class MultiBackend(Backend, Protocol):
     def rollback_seq(self, seq: int, position: int) -> None: ...
     def clear_seq(self, seq: int) -> None: ...
     def share_prefix(self, src: int, dst: int, length: int) -> None: ...  # dst := src's first `length` tokens
+    # exact rollback on recurrent/hybrid memory (relaxtui.engine.memory): a KV cache answers True / None / no-op
+    @property
+    def rollback_limit(self) -> int | None: ...  # trailing tokens a rollback can remove at most; None: any
+    def can_rollback(self, seq: int, position: int) -> bool: ...
+    def can_share_prefix(self, src: int, dst: int, length: int) -> bool: ...
+    def require_rollback(self, depth: int) -> None: ...  # one-line refusal of drafts it could not roll back
+    def checkpoint(self, seq: int) -> object: ...  # the sequence's state, for a rollback deeper than the snapshots
+    def restore(self, checkpoint: object) -> None: ...  # back to the checkpoint (then decode the kept tokens again)
 
 
 class SequenceView:
@@ -88,11 +96,34 @@ class SequenceView:
     def reset(self) -> None:
         self.model.clear_seq(self.seq)
 
+    @property
+    def rollback_limit(self) -> int | None:
+        return getattr(self.model, "rollback_limit", None)
+
+    def can_rollback(self, position: int) -> bool:
+        """Whether ``rollback(position)`` can be done exactly now (always, on a model that does not say)."""
+        can = getattr(self.model, "can_rollback", None)
+        return True if can is None else bool(can(self.seq, position))
+
+    def checkpoint(self) -> object:
+        return self.model.checkpoint(self.seq)
+
+    def restore(self, checkpoint: object) -> None:
+        self.model.restore(checkpoint)
+
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
 
     def token_piece(self, token: int, *, special: bool = False) -> bytes:
         return self.model.token_piece(token, special=special)
+
+
+def sequence_of(model: Backend, seq: int = 0) -> SequenceView:
+    """Sequence ``seq`` of ``model`` (a view stays itself): the one-sequence rollback API (``can_rollback``,
+    ``checkpoint``, ``restore``) for a plain backend, a one-sequence LlamaModel or a view alike."""
+    if isinstance(model, SequenceView):
+        return model
+    return SequenceView(as_multi(model), seq)
 
 
 class OneSequence:
@@ -141,6 +172,28 @@ class OneSequence:
 
     def share_prefix(self, src: int, dst: int, length: int) -> None:
         raise ValueError("a one-sequence backend has no other sequence to share with")
+
+    def can_share_prefix(self, src: int, dst: int, length: int) -> bool:
+        return False
+
+    @property
+    def rollback_limit(self) -> int | None:
+        return getattr(self.model, "rollback_limit", None)
+
+    def can_rollback(self, seq: int, position: int) -> bool:
+        can = getattr(self.model, "can_rollback", None)
+        return True if can is None else bool(can(seq, position))
+
+    def require_rollback(self, depth: int) -> None:
+        require = getattr(self.model, "require_rollback", None)
+        if require is not None:
+            require(depth)
+
+    def checkpoint(self, seq: int) -> object:
+        return self.model.checkpoint(seq)  # type: ignore[attr-defined]
+
+    def restore(self, checkpoint: object) -> None:
+        self.model.restore(checkpoint)  # type: ignore[attr-defined]
 
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
@@ -255,6 +308,25 @@ class FakeBackend:
             raise ValueError(f"cannot share {length} tokens of sequence {src} with sequence {dst}")
         self.caches[dst][:] = self.caches[src][:length]
         self.shared.append((src, dst, length))
+
+    # a KV cache: every rollback and copy is exact, a checkpoint is the token list
+    rollback_limit: int | None = None
+
+    def can_rollback(self, seq: int, position: int) -> bool:
+        return True
+
+    def can_share_prefix(self, src: int, dst: int, length: int) -> bool:
+        return src != dst and 0 <= length <= len(self.caches[src])
+
+    def require_rollback(self, depth: int) -> None:
+        pass
+
+    def checkpoint(self, seq: int) -> tuple[int, tuple[int, ...]]:
+        return seq, tuple(self.caches[seq])
+
+    def restore(self, checkpoint: object) -> None:
+        seq, tokens = checkpoint  # type: ignore[misc]
+        del self.caches[seq][len(tokens):]
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog

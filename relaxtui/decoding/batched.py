@@ -78,18 +78,21 @@ def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter |
     _check_room(drafter, verifier)
     free = list(range(verifier.n_seq - 1, -1, -1))  # pop() hands out sequence 0 first
     live: list[Slot] = []
+    own_stops: set[Slot] = set()  # stopped by their own request, not by ``should_stop``: the others go on
     stopping = False
     while True:
         while not stopping and free and (job := source.take(block=not live)) is not None:
             seq = free.pop()  # fill a free slot: each sequence prefills alone, as K = 1 does
             job_drafter = (job.drafter or drafter) if job.speculative else None
             _check_room(job_drafter, verifier)
-            live.append(steps.open_slot(SequenceView(verifier, seq), seq, job.prompt, job.config, job.rule,
-                                        job_drafter, should_stop=should_stop, clock=clock, share_prompt=True,
-                                        tag=job))
+            slot = steps.open_slot(SequenceView(verifier, seq), seq, job.prompt, job.config, job.rule, job_drafter,
+                                   should_stop=_either(should_stop, job.should_stop), clock=clock,
+                                   share_prompt=True, tag=job)
+            if slot.finish == "stopped" and job.should_stop is not None and job.should_stop():
+                own_stops.add(slot)  # gone before (or while) its prompt was read: no prefill wasted on it
+            live.append(slot)
         if not live:
             return
-        own_stops = set()
         if should_stop():
             for slot in live:
                 slot.finish = slot.finish or "stopped"
@@ -107,6 +110,7 @@ def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter |
             live.remove(slot)
             free.append(slot.seq)
             stopping = stopping or (slot.finish == "stopped" and slot not in own_stops)
+            own_stops.discard(slot)
         yield from _handed(results, live, clock)
 
 
@@ -120,6 +124,11 @@ def _handed(items: list[tuple[Job, Event]], live: list[Slot],
         away = clock() - handed
         for slot in live:
             slot.started += away
+
+
+def _either(stop: Callable[[], bool], own: Callable[[], bool] | None) -> Callable[[], bool]:
+    """A prefill's stop check: the loop's, or this job's own."""
+    return stop if own is None else lambda: stop() or own()
 
 
 def _check_room(drafter: Drafter | None, verifier: MultiBackend) -> None:
@@ -153,5 +162,6 @@ def _round(verifier: MultiBackend, drafters: Sequence[Drafter | None], live: lis
         shown = steps.commit(slot, emitted)  # 6. stop check
         if tokens:
             top = slot.config.top_alternatives
-            events += [(slot.tag, steps.token_event(i, item, text, timing, top)) for i, item, text in shown]
+            events += [(slot.tag, steps.token_event(i, item, text, timing, top, logp=slot.logprobs[i]))
+                       for i, item, text in shown]
     return events

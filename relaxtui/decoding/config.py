@@ -27,6 +27,7 @@ class GenerationConfig:
     draft_min: int = 0  # drafts shorter than this are dropped (the round runs verifier-only)
     adaptive: bool = False  # grow N after a fully accepted round, shrink it after an early rejection
     reuse: ReusePolicy = "exact"  # KV reuse across calls: "exact" (same prompt only) or "longest" (chat turns)
+    stop: tuple[str, ...] = ()  # stop strings: generation ends with the token whose text completes one ("stop")
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= MAX_DRAFT:
@@ -35,5 +36,7 @@ class GenerationConfig:
             raise UserError(f"--max-tokens must be >= 1 (got {self.max_tokens})")
         if not 0 <= self.draft_min <= max(self.draft_max, 0):
             raise UserError(f"--draft-min must be in 0..--draft-max ({self.draft_max}) (got {self.draft_min})")
+        if any(not text for text in self.stop):
+            raise UserError("a stop string must not be empty")
         if self.bonus not in BONUS_POLICIES:
             raise UserError(f"--bonus must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")

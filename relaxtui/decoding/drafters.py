@@ -2,8 +2,9 @@
 
 ``make_drafter(options, verifier)`` switches on the kind once (llama.cpp's ``common_speculative_init``): ``model``
 loads a GGUF LM sharing the verifier's vocabulary (checked before use), ``ngram`` is prompt lookup
-(``relaxtui.decoding.ngram``). A new kind (an MTP head) is one entry in ``KINDS`` and one class behind
-``relaxtui.decoding.drafting.Drafter``; nothing outside these modules asks which kind it got.
+(``relaxtui.decoding.ngram``), ``mtp`` the verifier's own MTP head (``relaxtui.decoding.mtp``; its layers from the
+verifier's GGUF, or from an MTP-only GGUF named by ``--drafter``). A new kind is one entry in ``KINDS`` and one
+class behind ``relaxtui.decoding.drafting.Drafter``; nothing outside these modules asks which kind it got.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from relaxtui.decoding.backend import Backend, SeqDecode, SequenceView, as_multi
+from relaxtui.decoding.backend import Backend, SeqDecode, SequenceView, as_multi, sequence_of
 from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
+from relaxtui.decoding.mtp import MtpDrafter
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.prefill import ReusePolicy, common_prefix, copy_cached_prompt, prefill
 from relaxtui.decoding.sampling import SamplingParams, process, sample
@@ -27,8 +29,9 @@ from relaxtui.errors import UserError
 if TYPE_CHECKING:
     from relaxtui.engine.llama import LlamaModel
 
-__all__ = ["DRAFT_KINDS", "KINDS", "Draft", "DraftRequest", "Drafter", "DrafterKind", "DrafterOptions", "DrafterTraits",
-           "ModelDrafter", "NgramDrafter", "drafter_kind", "fit_vocab", "make_drafter", "open_gguf", "propose"]
+__all__ = ["DRAFT_KINDS", "KINDS", "Draft", "DraftRequest", "Drafter", "DrafterKind", "DrafterOptions",
+           "DrafterTraits", "ModelDrafter", "MtpDrafter", "NgramDrafter", "drafter_kind", "fit_vocab", "make_drafter",
+           "open_gguf", "propose"]
 
 
 def _confidence(q: np.ndarray, logits: np.ndarray, sampling: SamplingParams) -> float:
@@ -76,6 +79,9 @@ class ModelDrafter(BaseDrafter):
         self._model = as_multi(model)
         self.target_vocab = target_vocab
         self.p_min = p_min  # stop drafting when the drafter's top probability falls below this
+        # recurrent/hybrid memory: drafting one token per decode leaves no snapshot to roll back to, so each draft
+        # (and extend, and timing step) runs from a checkpoint taken after the re-sync and restored after it
+        self._recurrent = getattr(self._model, "rollback_limit", None) is not None
         self._drafted: dict[int, list[int]] = {}  # seq -> context + draft of its last draft (extend continues it)
         path = getattr(model, "path", None)
         self.traits = DrafterTraits("model", has_distribution=True, bonus_steps=1, holds_model=True,
@@ -104,8 +110,17 @@ class ModelDrafter(BaseDrafter):
         last one, whose logits give the first draft position)."""
         view = self._view(seq)
         keep = min(common_prefix(view.cached_tokens, context), len(context) - 1)
+        if keep and not sequence_of(view).can_rollback(keep):
+            keep = 0  # recurrent memory past its snapshots: decode the whole context again, exactly
         view.rollback(keep)
         return list(context[keep:])
+
+    def _saved(self, seqs: Sequence[int]) -> list[object]:
+        return [SequenceView(self._model, seq).checkpoint() for seq in seqs] if self._recurrent else []
+
+    def _restore(self, saved: list[object]) -> None:
+        for checkpoint in saved:
+            self._model.restore(checkpoint)
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
         started = time.perf_counter()
@@ -113,6 +128,7 @@ class ModelDrafter(BaseDrafter):
         made: list[tuple[list[int], list[np.ndarray], list[np.ndarray]]] = [([], [], []) for _ in requests]
         pending = {i: SeqDecode(r.seq, self._resync(r.seq, r.context), [-1])
                    for i, r in enumerate(requests) if limits[i] > 0}
+        saved = self._saved([item.seq for item in pending.values()])
         while pending:  # one batch per draft step: every request still drafting has one row in it
             rows = self._model.decode_many(list(pending.values()))
             following = {}
@@ -128,6 +144,7 @@ class ModelDrafter(BaseDrafter):
                 if len(tokens) < limits[i]:
                     following[i] = SeqDecode(requests[i].seq, [step[0]], [0])
             pending = following
+        self._restore(saved)  # the draft decoded nothing the next re-sync keeps: back to the checkpoint
         seconds = time.perf_counter() - started
         empty = np.empty((0, self.target_vocab))
         drafts = []
@@ -140,13 +157,17 @@ class ModelDrafter(BaseDrafter):
     def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
         """q and raw logits one step past the sequence's last draft (the relaxed-bonus rules need it)."""
         tokens = self._resync(seq, self._drafted[seq])
+        saved = self._saved([seq])
         logits = fit_vocab(self._model.decode_many([SeqDecode(seq, tokens, [-1])])[0][0], self.target_vocab)
+        self._restore(saved)
         return process(logits, sampling), logits
 
     def step(self, seq: int, context: Sequence[int]) -> None:
         """Decode ``context[-1]`` after ``context[:-1]`` (which the sequence holds): one raw step, for c_rel."""
-        self._view(seq).rollback(len(context) - 1)
-        self._model.decode_many([SeqDecode(seq, [context[-1]], [0])])
+        tokens = self._resync(seq, context)
+        saved = self._saved([seq])
+        self._model.decode_many([SeqDecode(seq, tokens, [0])])
+        self._restore(saved)
 
     def release(self, seq: int) -> None:
         self._view(seq).reset()
@@ -211,6 +232,18 @@ def _ngram(options: DrafterOptions, verifier: VocabInfo, open_model: OpenModel) 
     return NgramDrafter(n_min=options.ngram_min, n_max=options.ngram_max)
 
 
+def _mtp(options: DrafterOptions, verifier: VocabInfo, open_model: OpenModel) -> Drafter:
+    """The verifier's own MTP head (its layers from ``options.model``, an MTP-only GGUF, when given); the verifier
+    must have been loaded keeping its hidden rows (``LlamaModel(mtp=True)``: ``load_pair`` does)."""
+    from relaxtui.engine.llama import LlamaModel
+    from relaxtui.engine.mtp import MtpHead
+
+    if not isinstance(verifier, LlamaModel):
+        raise UserError("--draft-kind mtp drafts with a GGUF verifier's own MTP layers")
+    head = MtpHead(verifier, options.model, n_threads=options.threads, n_gpu_layers=options.gpu_layers)
+    return MtpDrafter(head, verifier, p_min=options.p_min)
+
+
 @dataclass(frozen=True)
 class DrafterKind:
     """What loading a kind takes, known before anything loads: whether ``--drafter`` names a file it opens, and
@@ -219,9 +252,20 @@ class DrafterKind:
     build: Builder
     model_file: bool = False
     needs_hidden_states: bool = False
+    own_name: str | None = None  # the --drafter value meaning "no file: the verifier's own" (the file is optional)
+
+    def file_of(self, drafter: str | None) -> str | None:
+        """The model file a ``--drafter`` value names for this kind (None: it opens none)."""
+        if drafter is None or not self.model_file or drafter == self.own_name:
+            return None
+        return drafter
 
 
-KINDS: dict[str, DrafterKind] = {"model": DrafterKind(_model, model_file=True), "ngram": DrafterKind(_ngram)}
+KINDS: dict[str, DrafterKind] = {
+    "model": DrafterKind(_model, model_file=True),
+    "ngram": DrafterKind(_ngram),
+    "mtp": DrafterKind(_mtp, model_file=True, needs_hidden_states=True, own_name="mtp"),  # --drafter: MTP-only GGUF
+}
 DRAFT_KINDS = tuple(KINDS)
 
 

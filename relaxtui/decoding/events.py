@@ -41,7 +41,8 @@ class TokenEvent:
     """One emitted token and why it was emitted.
 
     ``p_x``/``q_x``/``pi_x`` are the processed verifier, drafter and rule-target probabilities of the
-    emitted token (raw softmax at greedy); ``accept_prob`` is min(1, π_rej(x)/q(x)) for drafted tokens.
+    emitted token (raw softmax at greedy); ``logp_x`` is log p(x) under the verifier's raw logits row at
+    temperature 1 (the label-free drift signal); ``accept_prob`` is min(1, π_rej(x)/q(x)) for drafted tokens.
     For a resampled token, ``rejected_token`` is the draft it replaced and ``draft_position`` where it stood.
     """
 
@@ -59,6 +60,7 @@ class TokenEvent:
     round: RoundTiming
     top_p: tuple[tuple[int, float], ...] = ()  # top alternatives of p, filled when asked for
     top_q: tuple[tuple[int, float], ...] = ()
+    logp_x: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ class Metrics:
     verify_s: float
     llama_s: float
     truncated: bool
-    finish_reason: str  # "eog", "max_tokens", "context", "stopped"
+    finish_reason: str  # "eog", "max_tokens", "context", "stop" (a stop string), "stopped"
     draft_lengths: tuple[int, ...] = ()  # drafts verified in each round, in order (0 = a verifier-only step)
     extra_draft_steps: int = 0  # drafter steps past the draft (a relaxed bonus needs q at N+1)
     prefill_decoded: int = -1  # prompt tokens the verifier decoded (the rest was reused from its cache)
@@ -120,11 +122,15 @@ class Metrics:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """Last event of a stream: the full text and the metrics."""
+    """Last event of a stream: the full text and the metrics. Per emitted token, ``verifier_logprobs`` holds
+    its ``logp_x`` and ``verifier_probs`` its processed p(x) as the sampler saw it (1.0 at greedy, which emits
+    the argmax): what the eval's drift signals are computed from, in either loop."""
 
     text: str
     metrics: Metrics
     token_ids: tuple[int, ...] = field(repr=False, default=())
+    verifier_logprobs: tuple[float | None, ...] = field(repr=False, default=())
+    verifier_probs: tuple[float, ...] = field(repr=False, default=())
 
 
 Event = TokenEvent | Finished

@@ -55,7 +55,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
                              t3 - t2, steps.llama_seconds(verifier, drafter) - round_llama)
         steps.observe(slot, timing)  # 4. commit counters
         for index, item, text in steps.commit(slot, emitted):  # 6. emit, stop check
-            yield steps.token_event(index, item, text, timing, config.top_alternatives)
+            yield steps.token_event(index, item, text, timing, config.top_alternatives, logp=slot.logprobs[index])
     yield steps.finished(slot, clock)
 
 

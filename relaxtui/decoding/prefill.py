@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from relaxtui.decoding.backend import Backend, SequenceView
+from relaxtui.decoding.backend import Backend, SequenceView, sequence_of
 
 PREFILL_CHUNK = 128  # tokens per decode call: near full batch efficiency on a CPU, yet a stop lands in < 1 s
 ReusePolicy = Literal["exact", "longest"]
@@ -42,6 +42,8 @@ def prefill(model: Backend, prefix: Sequence[int], *, reuse: ReusePolicy = "exac
     """Make ``model``'s cache hold exactly ``prefix``. Returns (tokens decoded, completed); a stop request
     leaves the cache holding a prefix of ``prefix`` and returns completed = False."""
     keep = reusable(model.cached_tokens, prefix, reuse)
+    if keep and not sequence_of(model).can_rollback(keep):
+        keep = 0  # recurrent memory that cannot go back there: prefill from scratch, exactly
     if keep == 0:
         model.reset()
     else:
@@ -61,12 +63,17 @@ def copy_cached_prompt(view: SequenceView, prefix: Sequence[int]) -> None:
     plan puts them side by side) by copying its KV instead of prefilling it again. When that sequence
     prefilled the same prompt, the copied cells are the ones a fresh prefill makes, so outputs do not change
     (the guarantee and the limits of "exact" reuse, which also matches by tokens); on a CPU, where a prompt
-    token costs about what an output token does, this saves most of a grid's prefill."""
+    token costs about what an output token does, this saves most of a grid's prefill. A copy the model cannot make
+    exactly (recurrent memory holds only a sequence's current state: ``can_share_prefix``) is skipped, and the
+    caller prefills instead."""
     if not prefix or reusable(view.cached_tokens, prefix, "exact"):
         return  # nothing to do, or this sequence's own cache already holds it
     model, n = view.model, len(prefix)
     for other in range(model.n_seq):
         cached = model.tokens_of(other)
         if other != view.seq and len(cached) >= n and list(cached[:n]) == list(prefix):
+            can_share = getattr(model, "can_share_prefix", None)
+            if can_share is not None and not can_share(other, view.seq, n):
+                continue
             model.share_prefix(other, view.seq, n)
             return

@@ -10,7 +10,8 @@ length, counters and text. One round over a list of slots:
     accept    the rule over the rows, the bonus (q at N+1 only from a drafter that declares it can), trim the
               verifier back to `last` + accepted drafts, tell the drafter
     observe   round counters and the adaptive N
-    commit    emit up to an end-of-generation token, stop at the budget
+    commit    emit up to an end-of-generation token or a stop string (recording each token's verifier
+              log p(x) at temperature 1, from its verify row), stop at the budget
 
 The loops own the clock and the verifier call (one decode, or one batch for all); everything else is here, so
 the two cannot drift apart. The invariant both keep: `last` is not in the verifier's cache until the next
@@ -19,6 +20,7 @@ verify batch decodes it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from relaxtui.decoding.acceptance import DraftStep, Emitted, accept_round
-from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.backend import Backend, sequence_of
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
@@ -89,6 +91,12 @@ class Slot:
     base: int = 0  # this round: cached tokens before the verify batch (everything but `last`)
     n: int = 0  # this round: draft tokens asked for
     draft: Draft | None = None  # this round's draft (None: a verifier-only step)
+    logprobs: list[float | None] = field(default_factory=list)  # per emitted token: log p(x) at T=1 (verifier)
+    probs: list[float] = field(default_factory=list)  # per emitted token: processed p(x), as the sampler saw it
+    round_logprobs: list[float] = field(default_factory=list)  # this round's, one per token accept() returned
+    stop_tail: str = ""  # the end of the text, long enough to find a stop string that spans tokens
+    saved: object | None = None  # this round: the verifier's state before the verify batch, when its drafts are
+    # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
 
     @property
     def draft_tokens(self) -> list[int]:
@@ -163,6 +171,16 @@ def draft_all(slots: Sequence[Slot]) -> None:
         for slot, draft in zip(drafting, drafter.draft(requests), strict=True):
             if draft.tokens and len(draft.tokens) >= slot.config.draft_min:
                 slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
+    for slot in slots:
+        _checkpoint(slot)
+
+
+def _checkpoint(slot: Slot) -> None:
+    """Before the verify batch: save the verifier's state when a rejection could need a rollback deeper than its
+    recurrent-state snapshots (a KV cache, or drafts within the snapshots, need none)."""
+    limit = getattr(slot.verifier, "rollback_limit", None)  # None: a KV cache (or a model that does not say)
+    slot.saved = (sequence_of(slot.verifier).checkpoint() if limit is not None and len(slot.draft_tokens) > limit
+                  else None)
 
 
 def _one_hot(draft: Draft, vocab: int) -> Draft:
@@ -181,10 +199,35 @@ def accept(slot: Slot, target_logits: np.ndarray) -> list[Emitted]:
                            draft.logits if draft else None, target_logits, slot.rule, slot.config.sampling,
                            slot.accept_rng, bonus_draft=_bonus_step(slot), bonus=slot.config.bonus)
     n_accepted = len(emitted) - 1
-    slot.verifier.rollback(slot.base + 1 + n_accepted)
+    slot.round_logprobs = verifier_logprobs(emitted, target_logits)
+    _keep(slot, slot.base + 1 + n_accepted)
     if drafter is not None:
         drafter.accept(slot.seq, n_accepted)
     return emitted
+
+
+def _keep(slot: Slot, position: int) -> None:
+    """Trim the verifier to ``position`` tokens: a rollback where it is exact, else (recurrent memory, deeper than
+    its snapshots) back to the round's checkpoint and decode `last` and the accepted drafts again. A rollback that
+    can be neither raises in the engine: never a silently wrong state."""
+    saved, slot.saved = slot.saved, None
+    if saved is not None and not (view := sequence_of(slot.verifier)).can_rollback(position):
+        view.restore(saved)
+        slot.verifier.decode(slot.verify_tokens[:position - slot.base])
+    else:
+        slot.verifier.rollback(position)
+
+
+def verifier_logprobs(emitted: list[Emitted], target_logits: np.ndarray) -> list[float]:
+    """log p(x) at temperature 1 of each emitted token, from the verify row it was judged against (row i − 1 for
+    draft position i, accepted or resampled; row N for the bonus; row 0 for a verifier step): one logsumexp over
+    a row the round already holds, no extra decode."""
+    found = []
+    for item in emitted:
+        row = target_logits[max(item.draft_position - 1, 0)]
+        top = float(row.max())
+        found.append(float(row[item.token_id]) - top - math.log(float(np.exp(row - top).sum(dtype=np.float64))))
+    return found
 
 
 def _bonus_step(slot: Slot) -> DraftStep | None:
@@ -211,18 +254,32 @@ def commit(slot: Slot, emitted: list[Emitted]) -> list[tuple[int, Emitted, str]]
     """Step 6: append the round's tokens (stopping at an end-of-generation token, which is not emitted), decide
     whether the sequence is done; returns (output index, token, text) of each emitted token."""
     shown = []
-    for item in emitted:
+    greedy = slot.config.sampling.greedy
+    for position, item in enumerate(emitted):
         if slot.verifier.is_eog(item.token_id):
             slot.finish = "eog"
             break
         text = slot.decoder.push(slot.verifier.token_piece(item.token_id))
         slot.output.append(item.token_id)
         slot.text_parts.append(text)
+        slot.logprobs.append(slot.round_logprobs[position] if position < len(slot.round_logprobs) else None)
+        slot.probs.append(1.0 if greedy else item.p_x)
         shown.append((len(slot.output) - 1, item, text))
+        if slot.config.stop and _completes_stop(slot, text):
+            slot.finish = "stop"
+            break
     slot.context.extend(item.token_id for item in emitted)
     if slot.finish is None and len(slot.output) >= slot.config.max_tokens:
         slot.finish = "max_tokens"
     return shown
+
+
+def _completes_stop(slot: Slot, text: str) -> bool:
+    """Whether ``text`` completes one of the stop strings (which may span several tokens)."""
+    window = slot.stop_tail + text
+    longest = max(len(stop) for stop in slot.config.stop)
+    slot.stop_tail = window[-(longest - 1):] if longest > 1 else ""
+    return any(stop in window for stop in slot.config.stop)
 
 
 def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
@@ -233,7 +290,7 @@ def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
                             llama_s=llama_seconds(slot.verifier, slot.drafter) - slot.llama_before,
                             finish=slot.finish or "stopped", extra_draft_steps=slot.extra_steps,
                             prefill_decoded=slot.prefill_decoded)
-    return Finished("".join(slot.text_parts), metrics, tuple(slot.output))
+    return Finished("".join(slot.text_parts), metrics, tuple(slot.output), tuple(slot.logprobs), tuple(slot.probs))
 
 
 def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounters, *, prefill_s: float,
@@ -256,13 +313,14 @@ def llama_seconds(verifier: Backend, *drafters: Drafter | None) -> float:
     return verifier.decode_seconds + sum(d.decode_seconds for d in drafters if d is not None)
 
 
-def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k: int) -> TokenEvent:
+def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k: int, *,
+                logp: float | None = None) -> TokenEvent:
     """The event of one emitted token (with the top ``top_k`` alternatives of p and q, for the inspector)."""
     return TokenEvent(
         index=index, token_id=item.token_id, text=text, verdict=item.verdict, draft_position=item.draft_position,
         p_x=item.p_x, q_x=item.q_x, pi_x=item.pi_x, accept_prob=item.accept_prob, statistic=item.statistic,
         rejected_token=item.rejected_token, round=timing,
-        top_p=_top(item.p_row, top_k), top_q=_top(item.q_row, top_k),
+        top_p=_top(item.p_row, top_k), top_q=_top(item.q_row, top_k), logp_x=logp,
     )
 
 

@@ -159,6 +159,13 @@ class Family:
 
 
 FAMILIES = (
+    # before Qwen3 (its pattern matches "qwen35" too). Hybrid models with MTP layers: their own head drafts too
+    # (--draft-kind mtp); these small siblings share the 248k vocabulary. Names not checked against the hub here.
+    Family("Qwen3.5", re.compile(r"qwen3[._ -]?5", re.IGNORECASE), (
+        ("hf:unsloth/Qwen3.5-0.8B-GGUF:Q4_K_M", "0.8B, the smallest sibling; or the verifier's own MTP head"),
+        ("hf:unsloth/Qwen3.5-2B-GGUF:Q4_K_M", "2B, for 27B-122B verifiers"),
+        ("hf:unsloth/Qwen3.5-4B-GGUF:Q4_K_M", "4B, a large drafter for the 27B (the paper's pair uses its MTP head)"),
+    )),
     Family("Qwen3", re.compile(r"qwen3", re.IGNORECASE), (
         ("hf:Qwen/Qwen3-0.6B-GGUF:Q8_0", "0.6B, official; the paper's small drafter"),
         ("hf:unsloth/Qwen3-0.6B-GGUF:Q4_K_M", "0.6B at Q4_K_M: a lower c_rel than Q8_0"),

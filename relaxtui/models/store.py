@@ -220,6 +220,7 @@ class ModelInfo:
     quantisation: str
     name: str
     source: str = "local"  # "hf:REPO@commit", "pypi:DIST==VERSION", "q4_0 of FILE" or "local"
+    mtp_layers: int = 0  # MTP (nextn) layers the GGUF holds: > 0 means it can draft for itself (--draft-kind mtp)
 
 
 def _packaged_sources() -> dict[str, str]:
@@ -239,6 +240,7 @@ def _packaged_sources() -> dict[str, str]:
 
 def list_models(directory: Path | None = None) -> list[ModelInfo]:
     """Describe every GGUF in the store from its header (unreadable files are skipped), with its source."""
+    from relaxtui.engine.gguf_check import mtp_layers
     from relaxtui.models.hub import hub_source, read_records
 
     directory = directory or models_dir()
@@ -251,5 +253,5 @@ def list_models(directory: Path | None = None) -> list[ModelInfo]:
             continue
         source = hub_source(path.name, records) or packaged.get(path.name, "local")
         infos.append(ModelInfo(path, path.stat().st_size, header.architecture, header.vocab_size,
-                               header.quantisation, header.name, source))
+                               header.quantisation, header.name, source, mtp_layers(header)))
     return infos
