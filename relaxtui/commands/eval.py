@@ -31,6 +31,7 @@ from relaxtui.evals.pair import THIS_MACHINE, measure_profile, sample_tokenizer
 from relaxtui.evals.report import (
     SHARED_BATCHES_NOTE,
     json_lines,
+    render_drift_table,
     render_table,
     summarise,
     unstable_profiles,
@@ -51,7 +52,7 @@ MAX_REPEATS = 1000  # avg@n: more seeds than any benchmark protocol asks for
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", type=utf8_text,
-                        help="aime, aime25, math500, gpqa, lcb, humaneval — or `report DIR`")
+                        help="aime, aime25, math500, gpqa, lcb, humaneval, a task file FILE.toml — or `report DIR`")
     parser.add_argument("directory", nargs="?", type=utf8_text, help="with `report`: the run folder to summarise")
     group = parser.add_argument_group("grid (each option takes a list; the run is their product)")
     group.add_argument("--rule", nargs="+", type=utf8_text, default=["strict"],
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     samples = task.load(args.data)[: args.limit]
     if not samples:
         raise UserError(f"{args.task}: no problems to run")
-    out = args.out or Path("results") / args.task
+    out = args.out or Path("results") / task.name  # a task file's name, not its path
     options = model_options(args, speculative=plan.has_spec)  # a verifier-alone run loads no drafter
     # the context must hold a prompt plus the whole answer budget, or every long answer ends "context"
     options = replace(options, ctx_size=max(options.ctx_size, max_tokens + PROMPT_ROOM))
@@ -268,6 +269,7 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
     else:
         print(title)
         print(render_table(summaries))
+        print("\n" + render_drift_table(summaries))
         if note:
             print(note)
     for line in [*warnings(summaries), *unstable_profiles(profiles)]:
@@ -299,8 +301,9 @@ class ProgressBar:
         eta = elapsed / self.ran * remaining
         width = 24
         filled = int(width * done.done / done.total)
+        accuracy = f"{100 * self.correct / self.ran:.1f}%" if record.get("scored", True) else "-"  # open-ended
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {done.done}/{done.total} "
-                f"ETA {int(eta // 60)}m{int(eta % 60):02d}s  acc {100 * self.correct / self.ran:.1f}%  "
+                f"ETA {int(eta // 60)}m{int(eta % 60):02d}s  acc {accuracy}  "
                 f"{self.tokens / self.decode if self.decode else 0:.1f} tok/s  {record['config']['label']}")
         self.stream.write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
         self.stream.flush()

@@ -1,9 +1,11 @@
 """`relaxtui tune TASK`: a small grid of N, drafters and rule/knob pairs, scored by the eval runner, then
-the capability-vs-speed Pareto front and a plain recommendation."""
+the capability-vs-speed Pareto front and a plain recommendation; with ``--check OTHER…``, the recommended setting
+is run on other tasks too, and the advice says where it holds and where it breaks (``evals/transfer.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 import threading
@@ -33,17 +35,28 @@ from relaxtui.display import one_line
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import RunIdentity, fingerprints, model_paths, run_environment
 from relaxtui.evals.pair import sample_tokenizer
-from relaxtui.evals.report import SHARED_BATCHES_NOTE, render_table, summarise, warnings, write_reports
-from relaxtui.evals.results import ResultsStore
+from relaxtui.evals.report import (
+    SHARED_BATCHES_NOTE,
+    ConfigSummary,
+    render_drift_table,
+    render_table,
+    summarise,
+    warnings,
+    write_reports,
+)
+from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore
 from relaxtui.evals.runner import EvalPlan, run_eval
-from relaxtui.evals.tasks import Task, get
-from relaxtui.evals.tune import recommend
+from relaxtui.evals.tasks import Sample, Task, get
+from relaxtui.evals.transfer import Carry, carry_lines, carry_over, chosen_setting
+from relaxtui.evals.tune import DEFAULT_MAX_DRIFT, recommend
 from relaxtui.models.registry import DEFAULT_DRAFTER
 from relaxtui.session import ModelOptions
 
+TUNE_TOKENS = 512  # tune's answer budget unless --max-tokens or a smaller task budget says otherwise
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("task", type=utf8_text, help="aime, aime25, math500, gpqa, lcb or humaneval")
+    parser.add_argument("task", type=utf8_text, help="aime, aime25, math500, gpqa, lcb, humaneval or FILE.toml")
     parser.add_argument("--limit", type=int_option("--limit", 1), default=5, help="problems to score (K)")
     parser.add_argument("--draft-max", nargs="+", type=int_option("--draft-max", 1, MAX_DRAFT), default=[2, 3, 4],
                         help="strict draft lengths to try")
@@ -57,8 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="N for relaxed rules (default: the best strict N)")
     parser.add_argument("--max-drop", type=float_option("--max-drop", low=0, high=100), default=2.0,
                         help="accuracy points you accept to lose")
-    parser.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=512,
-                        help="answer budget per problem, in tokens")
+    parser.add_argument("--max-drift", type=float_option("--max-drift", low=0), default=None,
+                        help="verifier log-prob of the outputs you accept to lose, nats/token (default: not judged "
+                             f"for scored tasks; {DEFAULT_MAX_DRIFT:g} for an open-ended one)")
+    parser.add_argument("--check", nargs="+", type=utf8_text, default=[], metavar="TASK",
+                        help="run the recommended setting on these tasks too, and say where it holds or breaks")
+    parser.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=None,
+                        help=f"answer budget per problem, in tokens (default: the task's own, at most {TUNE_TOKENS})")
     parser.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=1,
                         help="seeds per problem (avg@n)")
     parser.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/tune-TASK)")
@@ -78,7 +96,7 @@ class DrafterRun:
     store: ResultsStore
 
 
-def plan_drafters(args: argparse.Namespace, task: Task, out: Path) -> list[DrafterRun]:
+def plan_drafters(args: argparse.Namespace, task: Task, out: Path, max_tokens: int | None = None) -> list[DrafterRun]:
     """Every drafter's options and run folder, each folder checked (read-only) against its identity."""
     runs = []
     for drafter in args.drafters:
@@ -88,7 +106,8 @@ def plan_drafters(args: argparse.Namespace, task: Task, out: Path) -> list[Draft
         if is_ngram:
             options = replace(options, drafter="ngram")
         stem = "ngram" if is_ngram else Path(drafter).name.removesuffix(".gguf")
-        plan = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=args.max_tokens, sampling=sampling(args))
+        plan = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=max_tokens or args.max_tokens,
+                        sampling=sampling(args))
         identity = RunIdentity.of(task, options, plan, thinking=None, data=args.data,
                                   models=fingerprints(model_paths(options)))
         store = ResultsStore(out / stem)
@@ -125,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
     if "strict" in args.rule:
         raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
     params = sampling(args)
+    given_tokens = args.max_tokens
+    args.max_tokens = given_tokens or min(TUNE_TOKENS, task.max_tokens)
     longest = max(*args.draft_max, args.relaxed_n or 0, 3)  # 3: the relaxed N when no strict N ran yet
     strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), repeats=args.repeats, seed=args.seed,
                       max_tokens=args.max_tokens, sampling=params)
@@ -139,10 +160,12 @@ def run(args: argparse.Namespace) -> int:
     samples = every_sample[: args.limit]
     if not samples:
         raise UserError(f"{args.task}: no problems to run")
-    out = args.out or Path("results") / f"tune-{args.task}"
+    out = args.out or Path("results") / f"tune-{task.name}"
+    checks = plan_checks(args, task, out, given_tokens)  # each task loads, each folder is checked, before any model
     stop_requested = threading.Event()
     groups: list[tuple[list, list[CostProfile]]] = []  # per drafter: its records and the profiles pricing them
-    for position, drafter_run in enumerate(plan_drafters(args, task, out)):
+    drafter_runs = plan_drafters(args, task, out)
+    for position, drafter_run in enumerate(drafter_runs):
         store = drafter_run.store
         pair = load_pair(drafter_run.options)
         progress = ProgressBar(sys.stderr)
@@ -180,21 +203,111 @@ def run(args: argparse.Namespace) -> int:
         groups.append((records, drafter_profiles))
     summaries = summarise_drafters(groups, wall_clock=args.parallel == 1)
     profiles = groups[0][1]
-    note = SHARED_BATCHES_NOTE.format(k=args.parallel) if args.parallel > 1 else None
     title = one_line(f"tune {task.name} (K={len(samples)}) — {Path(args.verifier).name}")
+    show(title, summaries, args.parallel, out, profiles)
+    advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None,
+                       task_size=len(every_sample), max_drift=args.max_drift)
+    print("\nPareto front: " + ", ".join(s.label for s in advice.front))
+    print("\n".join(advice.lines()))
+    print(f"\nresults, summary.md and pareto.png in {out}")
+    if not checks:
+        return 0
+    primary = profiles[0].name if profiles else None
+    setting, why = chosen_setting(advice, primary)
+    if setting is None:
+        print(f"\n--check: {why} on {task.name}")
+        return 0
+    position = next((i for i, run in enumerate(drafter_runs) if len(drafter_runs) == 1
+                     or setting.label.endswith(f" [{run.stem}]")), 0)
+    carries = run_checks(args, checks, setting, drafter_runs[position], stop_requested)
+    if carries is None:
+        return 130
+    print()
+    print("\n".join(carry_lines(setting, why, task.name, carries)))
+    return 0
+
+
+def show(title: str, summaries: list[ConfigSummary], parallel: int, out: Path, profiles: list[CostProfile]) -> None:
+    """Print the tables (summary, then drift) and warnings, and write the folder's reports."""
+    note = SHARED_BATCHES_NOTE.format(k=parallel) if parallel > 1 else None
     print(title)
     print(render_table(summaries))
+    print("\n" + render_drift_table(summaries))
     if note:
         print(note)
     for line in warnings(summaries):
         print(line)
     write_reports(out, summaries, title, profiles, note)
-    advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None,
-                       task_size=len(every_sample))
-    print("\nPareto front: " + ", ".join(s.label for s in advice.front))
-    print("\n".join(advice.lines()))
-    print(f"\nresults, summary.md and pareto.png in {out}")
-    return 0
+
+
+@dataclass(frozen=True)
+class CheckTask:
+    """One --check task: its samples, budget and, per drafter, its run folder (checked before any model loads)."""
+
+    task: Task
+    samples: list[Sample]
+    max_tokens: int
+    runs: dict[str, DrafterRun]
+
+
+def plan_checks(args: argparse.Namespace, task: Task, out: Path, given_tokens: int | None) -> list[CheckTask]:
+    """Load every --check task (its own budget unless --max-tokens was given) and check each of its folders
+    against its identity (read-only): a bad task or a folder of another run fails before any model loads."""
+    checks = []
+    for name in args.check:
+        other = get(name)
+        if other.name == task.name:
+            raise UserError(f"--check {name}: that is the tuned task itself; name other tasks")
+        samples = other.load()[: args.limit]
+        if not samples:
+            raise UserError(f"--check {name}: no problems to run")
+        max_tokens = given_tokens or min(TUNE_TOKENS, other.max_tokens)
+        runs = {run.stem: run for run in plan_drafters(args, other, out / f"check-{other.name}", max_tokens)}
+        checks.append(CheckTask(other, samples, max_tokens, runs))
+    return checks
+
+
+def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: ConfigSummary, drafter_run: DrafterRun,
+               stop_requested: threading.Event) -> list[Carry] | None:
+    """Run the verifier alone, strict at the setting's N and the setting itself on each --check task, with one
+    pair, priced by the tuned task's own profile; None when stopped."""
+    from relaxtui.session import load_pair
+
+    spec = setting.rule if setting.knob is None else f"{setting.rule}:{setting.knob!r}"
+    measured = drafter_run.store.directory / MEASURED_PROFILE
+    carries = []
+    pair = load_pair(drafter_run.options)
+    progress = ProgressBar(sys.stderr)
+    previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
+    try:
+        tokenize = sample_tokenizer(pair.verifier)
+        for check in checks:
+            plan = EvalPlan(rules=("strict", spec), draft_max=(setting.draft_max,), no_spec=True,
+                            repeats=args.repeats, seed=args.seed, max_tokens=check.max_tokens, sampling=sampling(args))
+            run = check.runs[drafter_run.stem]
+            store, identity, folder = run.store, run.identity, run.store.directory
+            store.open_run(identity, run_environment(check.task))
+            if measured.exists() and not (folder / MEASURED_PROFILE).exists():
+                shutil.copyfile(measured, folder / MEASURED_PROFILE)  # one price list for every task checked
+            save_measured_profile(store, pair, plan, tokenize(check.samples[0]))
+            run_eval(check.task, check.samples, plan, identity, store, pair.verifier, pair.drafter, tokenize,
+                     on_sample=progress.update, should_stop=stop_requested.is_set)
+            if stop_requested.is_set():
+                print(f"stopped; results so far are in {folder} (run the same command to resume)", file=sys.stderr)
+                return None
+            profiles = profiles_for_report(args.profile, folder)
+            summaries = summarise(list(store.records()), profiles, wall_clock=args.parallel == 1)
+            progress.close()
+            print()
+            show(f"--check {check.task.name} (K={len(check.samples)}): {setting.label} against strict", summaries,
+                 args.parallel, folder, profiles)
+            carries.append(carry_over(check.task.name, summaries, setting, max_drop=args.max_drop,
+                                      max_drift=args.max_drift, profile=profiles[0].name if profiles else None))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        progress.close()
+        pair.close()
+    return carries
 
 
 def summarise_drafters(groups: list[tuple[list, list[CostProfile]]],  # type: ignore[type-arg]

@@ -38,7 +38,7 @@ class RunIdentity:
     @classmethod
     def of(cls, task: Task, options: ModelOptions, plan: EvalPlan, *, thinking: str | None, data: Path | None,
            models: Mapping[str, str] | None = None) -> RunIdentity:
-        model_drafter = options.drafter and options.draft_kind == "model"
+        model_drafter = options.drafter_file  # a model file (a drafter LM, an MTP-only GGUF), else the kind
         params = plan.sampling
         # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when
         # K > 1, so one-at-a-time folders from before keep resuming)
@@ -98,7 +98,7 @@ def model_paths(options: ModelOptions, *, pull: bool = True) -> dict[str, Path |
     ``pull=False`` (a Ray driver, which needs no model): what is not here is left out, never fetched."""
     from relaxtui.models.store import resolve_model
 
-    names = [options.verifier] + ([options.drafter] if options.drafter and options.draft_kind == "model" else [])
+    names = [options.verifier] + ([options.drafter_file] if options.drafter_file else [])
     paths: dict[str, Path | None] = {}
     for name in names:
         if pull:
@@ -115,7 +115,7 @@ def run_environment(task: Task) -> dict[str, object] | None:
     """Facts recorded with a run but not part of its identity: which sandbox protections were active."""
     from relaxtui.evals.tasks.code import CodeTask
 
-    if not isinstance(task, CodeTask):
+    if not isinstance(task, CodeTask) and not getattr(task, "runs_code", False):  # a task file's `code` kind too
         return None
     from relaxtui.evals import sandbox
 

@@ -1,7 +1,8 @@
-"""The capability-vs-speed plot: one panel per cost profile (or the wall-clock speed-up when no profile is given).
+"""The capability-vs-speed plot: one panel per cost profile (or the wall-clock speed-up when no profile is given),
+and a drift panel (the verifier's log-probability of the outputs against the reference) beside them.
 
-x is the speed-up, y the accuracy; each config's error bar is its paired 95% interval against its reference
-(strict at the same N, else the verifier alone), drawn around its own accuracy. Labels are placed by a small
+x is the speed-up, y the accuracy (or the drift); each config's error bar is its paired 95% interval against its
+reference (strict at the same N, else the verifier alone), drawn around its own value. Labels are placed by a small
 greedy search over offsets so that no two labels, and no label and point, overlap, and no label leaves the
 axes (where it would run into tick labels) — a plot where two configs land on the same spot still reads. The
 legend sits below the panels, outside the data, and the y range fits the points and their intervals.
@@ -93,8 +94,63 @@ def y_range(summaries: Sequence[ConfigSummary]) -> tuple[float, float]:
     return low, high
 
 
+def _style(s: ConfigSummary) -> dict[str, object]:
+    if s.is_baseline:
+        return dict(marker="s", color="black", s=70)
+    return dict(marker="*", color="tab:green", s=160) if s.is_strict else dict(marker="o", color="tab:blue", s=45)
+
+
+def drift_of(s: ConfigSummary) -> tuple[float, float] | None:
+    """(Δ verifier log-prob vs the reference, half-width of its paired interval) — 0 for the verifier alone."""
+    signal = s.drift.get("verifier_logprob")
+    if s.is_baseline:
+        return 0.0, 0.0
+    if signal is None or signal.delta is None or math.isnan(signal.delta.mean):
+        return None
+    half = signal.delta.half_width
+    return signal.delta.mean, 0.0 if math.isnan(half) else half
+
+
+def _panel(axes, summaries: Sequence[ConfigSummary], xs: dict[str, float], title: str,  # type: ignore[no-untyped-def]
+           ys: dict[str, tuple[float, float]], ylabel: str, limits: tuple[float, float]) -> list:
+    """One scatter panel: each config at (x, y) with its paired interval as an error bar; returns label points."""
+    placed = [s for s in summaries if xs.get(s.label) is not None and s.label in ys]
+    for s in placed:
+        x, (y, half) = xs[s.label], ys[s.label]
+        axes.scatter(x, y, zorder=3, **_style(s))
+        if half > 0:
+            axes.errorbar(x, y, yerr=half, color="grey", alpha=0.5, zorder=2, capsize=3)
+    front = pareto_front([(xs[s.label], ys[s.label][0]) for s in placed])
+    axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="tab:red", label="Pareto front", zorder=1)
+    axes.axvline(1.0, color="black", linewidth=0.6, alpha=0.5)
+    axes.set_xlabel(title, fontsize=8)
+    axes.set_ylabel(ylabel, fontsize=8)
+    axes.set_ylim(*limits)
+    if placed:
+        low, high = min(xs[s.label] for s in placed), max(xs[s.label] for s in placed)
+        axes.set_xlim(min(low, 1.0) - 0.15 * max(high - low, 0.2), max(high, 1.0) + 0.45 * max(high - low, 0.2))
+    axes.grid(alpha=0.3)
+    return [(xs[s.label], ys[s.label][0], s.label) for s in placed]
+
+
+def drift_range(values: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Limits that hold every Δlog-prob and its interval, with a margin, at least 0.1 nats high."""
+    low = min((y - h for y, h in values), default=-0.05)
+    high = max((y + h for y, h in values), default=0.05)
+    pad = max(0.01, 0.1 * (high - low))
+    low, high = low - pad, high + pad
+    if high - low < 0.1:
+        middle = (high + low) / 2
+        low, high = middle - 0.05, middle + 0.05
+    return low, high
+
+
 def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
-    """Write the PNG; False when there is nothing to place on an x axis (no baseline and no profile)."""
+    """Write the PNG; False when there is nothing to place on an x axis (no baseline and no profile).
+
+    Accuracy panels (one per profile) for a scored task, then one drift panel: the verifier's mean log-probability
+    of the emitted tokens against the reference (Δ nats/token, paired interval) over the first panel's speed-up.
+    An open-ended task has only the drift panel."""
     layout = panels(summaries)
     if not layout:
         return False
@@ -103,28 +159,27 @@ def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes_list = plt.subplots(1, len(layout), figsize=(7.5 * len(layout), 5.8), dpi=120, squeeze=False)
+    scored = any(s.scored for s in summaries)
+    drifts = {s.label: d for s in summaries if (d := drift_of(s)) is not None}
+    with_drift = any(not s.is_baseline for s in summaries if s.label in drifts)
+    accuracy_layout = layout if scored else []
+    count = len(accuracy_layout) + (1 if with_drift or not accuracy_layout else 0)
+    figure, axes_list = plt.subplots(1, count, figsize=(max(7.5 * count, 9.5), 5.8), dpi=120, squeeze=False)
     labelled = []
-    for axes, (panel_title, xs) in zip(axes_list[0], layout, strict=True):
+    for axes, (panel_title, xs) in zip(axes_list[0], accuracy_layout, strict=False):
+        ys = {}
+        for s in summaries:
+            half = 0.0 if s.delta is None or math.isnan(s.delta.interval.half_width) else s.delta.interval.half_width
+            ys[s.label] = (100 * s.accuracy, 100 * half)
         placed = [s for s in summaries if xs.get(s.label) is not None]
-        for s in placed:
-            style = dict(marker="s", color="black", s=70) if s.is_baseline else (
-                dict(marker="*", color="tab:green", s=160) if s.is_strict else dict(marker="o", color="tab:blue", s=45))
-            x, y = xs[s.label], 100 * s.accuracy
-            axes.scatter(x, y, zorder=3, **style)
-            if s.delta is not None and not math.isnan(s.delta.interval.half_width):
-                axes.errorbar(x, y, yerr=100 * s.delta.interval.half_width, color="grey", alpha=0.5, zorder=2,
-                              capsize=3)
-        front = pareto_front([(xs[s.label], 100 * s.accuracy) for s in placed])
-        axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="tab:red", label="Pareto front", zorder=1)
-        axes.axvline(1.0, color="black", linewidth=0.6, alpha=0.5)
-        axes.set_xlabel(panel_title, fontsize=8)
-        axes.set_ylabel("accuracy (%) ± paired 95% interval vs reference")
-        axes.set_ylim(*y_range(placed))
-        low, high = min(xs[s.label] for s in placed), max(xs[s.label] for s in placed)
-        axes.set_xlim(min(low, 1.0) - 0.15 * max(high - low, 0.2), max(high, 1.0) + 0.45 * max(high - low, 0.2))
-        axes.grid(alpha=0.3)
-        labelled.append((axes, [(xs[s.label], 100 * s.accuracy, s.label) for s in placed]))
+        labelled.append((axes, _panel(axes, summaries, xs, panel_title, ys,
+                                      "accuracy (%) ± paired 95% interval vs reference", y_range(placed))))
+    if count > len(accuracy_layout):
+        axes, (panel_title, xs) = axes_list[0][-1], layout[0]
+        labelled.append((axes, _panel(axes, summaries, xs, panel_title, drifts,
+                                      "Δ verifier log-prob vs reference (nats/token) ± paired 95%",
+                                      drift_range(list(drifts.values())))))
+        axes.axhline(0.0, color="black", linewidth=0.6, alpha=0.5)
     legend = [plt.Line2D([], [], linestyle="--", color="tab:red", label="Pareto front"),
               plt.Line2D([], [], marker="s", color="black", linestyle="", label="verifier alone"),
               plt.Line2D([], [], marker="*", color="tab:green", linestyle="", markersize=11, label="strict"),

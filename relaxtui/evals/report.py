@@ -25,6 +25,7 @@ from typing import Any
 
 from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
 from relaxtui.display import one_line
+from relaxtui.evals.drift import DRIFT_COLUMNS, DRIFT_FOOTNOTE, SIGNALS, Signal, drift_row, signals
 from relaxtui.evals.stats import MeanInterval, PairedDifference, geometric_mean_ratio, paired_difference, pairs_of
 
 
@@ -49,6 +50,8 @@ class ConfigSummary:
     length_adjusted: dict[str, float | None] = field(default_factory=dict)
     reference: str | None = None  # label of the config Δaccuracy is measured against
     delta: PairedDifference | None = None
+    drift: dict[str, Signal] = field(default_factory=dict)  # label-free signals against the reference (drift.py)
+    scored: bool = True  # False for an open-ended task (answer kind "none"): accuracy means nothing
 
     @property
     def is_baseline(self) -> bool:
@@ -81,6 +84,9 @@ class ConfigSummary:
             "mean_output_tokens": self.mean_output_tokens, "truncation_rate": self.truncation_rate,
             "degeneracy_rate": self.degeneracy_rate, "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length, "tokens_per_s": self.tokens_per_s,
+            "scored": self.scored,
+            # issue 19's label-free drift signals, each {value, delta, ci_low, ci_high, pairs} against the reference
+            **{name: self.drift.get(name, Signal(None, None)).as_dict() for name in SIGNALS},
             # the names before issue 18's vocabulary, kept for scripts written against them
             "proxy_speedup": dict(self.proxy),
             "measured_speedup": None if measured is None else _finite(measured.mean),
@@ -156,6 +162,7 @@ def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
     length_ratio = _length_ratio(rows, length_baseline) if length_baseline is not None else None
     adjusted = {name: (value / length_ratio if length_ratio else None) for name, value in proxy.items()}
     return ConfigSummary(
+        drift=signals(rows, reference), scored=any(r.get("scored", True) for r in rows),
         label=_label(config), rule=config["rule"], knob=config["knob"], draft_max=config["draft_max"],
         problems=len(per_problem), samples=len(rows), accuracy=accuracy, ci95=ci95,
         mean_output_tokens=tokens / len(rows), truncation_rate=sum(r["truncated"] for r in rows) / len(rows),
@@ -227,7 +234,10 @@ def row(s: ConfigSummary, profiles: Sequence[str]) -> list[str]:
     speed = "-" if measured is None else (
         _ratio(measured.mean) + ("" if s.is_baseline else " [n/a]" if degenerate(measured) else
                                  f" [{measured.low:.2f}, {measured.high:.2f}]"))
-    cells = [s.label, f"{100 * s.accuracy:.1f}", ci, delta, record, f"{s.mean_output_tokens:.0f}",
+    accuracy = f"{100 * s.accuracy:.1f}"
+    if not s.scored:  # an open-ended task: nothing was judged, so there is no accuracy to show
+        accuracy, ci, delta, record = "-", "-", "-", "-"
+    cells = [s.label, accuracy, ci, delta, record, f"{s.mean_output_tokens:.0f}",
              f"{100 * s.truncation_rate:.0f}%", f"{100 * s.degeneracy_rate:.0f}%", accept,
              f"{s.mean_accepted_length:.2f}", f"{s.tokens_per_s:.2f}", speed]
     for name in profiles:
@@ -239,12 +249,24 @@ def profile_names(summaries: Sequence[ConfigSummary]) -> list[str]:
     return list(summaries[0].proxy) if summaries else []
 
 
-def render_table(summaries: list[ConfigSummary]) -> str:
-    names = profile_names(summaries)
-    rows = [columns(names)] + [row(s, names) for s in summaries]
+def _grid(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
                                enumerate(zip(r, widths, strict=True))) for r in rows)
+
+
+def drift_rows(summaries: Sequence[ConfigSummary]) -> list[list[str]]:
+    return [drift_row(s.label, s.drift, few=MIN_INTERVAL_PROBLEMS) for s in summaries]
+
+
+def render_table(summaries: list[ConfigSummary]) -> str:
+    names = profile_names(summaries)
+    return _grid([columns(names)] + [row(s, names) for s in summaries])
+
+
+def render_drift_table(summaries: list[ConfigSummary]) -> str:
+    """The drift table: label-free signals of each config against its reference, printed below the summary."""
+    return "drift vs reference\n" + _grid([DRIFT_COLUMNS, *drift_rows(summaries)])
 
 
 FOOTNOTE = (
@@ -269,6 +291,8 @@ def unstable_profiles(profiles: Sequence[CostProfile]) -> list[str]:
 def warnings(summaries: Sequence[ConfigSummary]) -> list[str]:
     """Lines that keep a small or truncated sample from reading as confident."""
     lines = []
+    if summaries and not any(s.scored for s in summaries):
+        lines.append("open-ended task (answer kind 'none'): nothing is scored, so the drift signals are the verdict")
     problems = max((s.problems for s in summaries), default=0)
     if 0 < problems < MIN_INTERVAL_PROBLEMS:
         lines.append(f"warning: only {problems} problem{'s' * (problems != 1)}: intervals need at least "
@@ -286,7 +310,11 @@ def render_markdown(summaries: list[ConfigSummary], title: str, profiles: Sequen
     header = columns(names)
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row(s, names)) + " |" for s in summaries]
-    lines += ["", *(f"- {line}" for line in warnings(summaries)), "", FOOTNOTE, *([f"\n{note}"] if note else [])]
+    lines += ["", "## Drift vs reference", "", "| " + " | ".join(DRIFT_COLUMNS) + " |",
+              "|" + "---|" * len(DRIFT_COLUMNS)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in drift_rows(summaries)]
+    lines += ["", *(f"- {line}" for line in warnings(summaries)), "", FOOTNOTE, "", DRIFT_FOOTNOTE,
+              *([f"\n{note}"] if note else [])]
     for profile in profiles:
         lines.append(f"\nProfile `{profile.name}`: {profile.hardware}; verifier {profile.verifier}, drafter "
                      f"{profile.drafter}; t_AR {profile.verifier_ar_ms:.3f} ms, t_D {profile.drafter_ms:.3f} ms, "

@@ -96,17 +96,17 @@ def geometric_mean_ratio(config: dict[PairKey, float], reference: dict[PairKey, 
                         logs.n, logs.sd)
 
 
-def problems_to_resolve(difference: PairedDifference, max_drop: float) -> int | None:
+def problems_to_resolve(difference: PairedDifference, max_drop: float, *, floor: float | None = None) -> int | None:
     """How many problems in all would make the paired interval's lower bound clear −max_drop, if the mean
     and spread stay as observed; None when the mean itself is below −max_drop (more data would not help).
-    A spread of zero (every pair tied) is taken as if one pair disagreed, so a handful of ties never reads
-    as proof."""
+    For 0/1 scores (``floor`` None) a spread of zero (every pair tied) is taken as if one pair disagreed, so a
+    handful of ties never reads as proof; a continuous signal (a log-probability) passes its own ``floor``."""
     interval = difference.interval
     if interval.n == 0 or math.isnan(interval.mean) or interval.mean < -max_drop:
         return None
     n = max(interval.n, 1)
     sd = interval.sd if not math.isnan(interval.sd) else 1.0
-    sd = max(sd, math.sqrt(1.0 / n))
+    sd = max(sd, math.sqrt(1.0 / n) if floor is None else floor)
     room = interval.mean + max_drop  # how far the lower bound may fall below the mean
 
     def resolved(count: int) -> bool:

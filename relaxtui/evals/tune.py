@@ -6,7 +6,9 @@ the primary cost profile (``this-machine``, the profile measured at the start, b
 machine, where the wall clock is not), else the wall-clock one. Capability is the paired interval against the
 config's reference: a relaxed setting is recommended only when the interval's lower bound clears −max_drop; when
 its estimate is inside but the interval is too wide, the advice says roughly how many problems would resolve it
-(never more than the task has).
+(never more than the task has). Drift (``drift.py``) sits beside accuracy: with ``max_drift`` (nats per token of
+the verifier's log-probability of the outputs) a setting must also be shown to drift at most that far, and for
+an open-ended task (nothing scored) drift is the whole verdict.
 """
 
 from __future__ import annotations
@@ -16,15 +18,42 @@ from dataclasses import dataclass
 
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.evals.report import ConfigSummary, pareto_front
-from relaxtui.evals.stats import problems_to_resolve
+from relaxtui.evals.stats import PairedDifference, problems_to_resolve
 
 FEW_PROBLEMS = 30  # below this, the advice carries a caveat about its intervals
+DEFAULT_MAX_DRIFT = 0.1  # nats/token: the bound an open-ended task is judged by when --max-drift is not given
+
+
+def drift_difference(s: ConfigSummary) -> PairedDifference | None:
+    """The paired Δ verifier log-prob of a config against its reference, as the stats helpers take it."""
+    signal = s.drift.get("verifier_logprob")
+    if signal is None or signal.delta is None or signal.pairs == 0:
+        return None
+    return PairedDifference(signal.delta, signal.pairs, 0, 0)
+
+
+def drift_needed(s: ConfigSummary, max_drift: float) -> int | None:
+    """Problems in all that would show the log-prob drop stays within ``max_drift`` (None: it does not)."""
+    difference = drift_difference(s)
+    return None if difference is None else problems_to_resolve(difference, max_drift, floor=0.0)
+
+
+def drift_text(s: ConfigSummary) -> str:
+    difference = drift_difference(s)
+    if difference is None:
+        return ""
+    interval = difference.interval
+    bounds = "" if math.isnan(interval.low) else f" [{interval.low:+.3f}, {interval.high:+.3f}]"
+    return f", Δlogp {interval.mean:+.3f}{bounds} nats/token"
 
 
 @dataclass(frozen=True)
 class Unresolved:
     summary: ConfigSummary
     problems_needed: int | None  # problems in all that would resolve --max-drop, if the estimate holds
+    drift_needed: int | None = None  # the same for --max-drift (None: its estimate drifts further)
+    drift_open: bool = False  # whether drift is what is unresolved
+    accuracy_open: bool = True  # whether accuracy is
 
 
 @dataclass(frozen=True)
@@ -38,6 +67,14 @@ class Recommendation:
     slower: str | None  # one line when speculation does not pay here, with the break-even length
     max_drop: float
     task_size: int | None = None  # problems the task has in all: advice never asks for more
+    max_drift: float | None = None  # nats/token of verifier log-prob a relaxed setting may lose (None: not judged)
+    scored: bool = True  # False: an open-ended task, judged on drift alone
+
+    def _bounds_text(self) -> str:
+        accuracy = f"lose at most {self.max_drop:g} accuracy points" if self.scored else ""
+        drift = ("" if self.max_drift is None else
+                 f"drift at most {self.max_drift:g} nats/token in the verifier's log-prob of their outputs")
+        return " and ".join(part for part in (accuracy, drift) if part)
 
     def lines(self) -> list[str]:
         lines = [f"speed-up = {self.basis}"]
@@ -48,12 +85,11 @@ class Recommendation:
         else:
             lines.append(f"1. use strict speculation: {self.best_strict.label} ({_numbers(self.best_strict)})")
         if self.relaxed_winners:
-            lines.append("2. relaxed settings faster than it that lose at most "
-                         f"{self.max_drop:g} accuracy points against their reference (paired 95% interval):")
+            lines.append(f"2. relaxed settings faster than it that {self._bounds_text()} against their reference "
+                         "(paired 95% interval):")
             lines += [f"   - {s.label} ({_numbers(s)})" for s in self.relaxed_winners]
         else:
-            lines.append("2. no relaxed setting is both faster and shown to lose at most "
-                         f"{self.max_drop:g} accuracy points")
+            lines.append(f"2. no relaxed setting is both faster and shown to {self._bounds_text()}")
         for item in self.unresolved:
             lines.append(f"   unresolved: {item.summary.label} is faster ({_numbers(item.summary)}); "
                          f"{self._more_data(item)}")
@@ -63,24 +99,33 @@ class Recommendation:
 
 
     def _more_data(self, item: Unresolved) -> str:
-        """How many problems would settle it, bounded by what the task has."""
-        needed, ran = item.problems_needed, item.summary.problems
+        """How many problems would settle it (accuracy, then drift), bounded by what the task has."""
+        parts = [self._more_for(item.problems_needed, item.summary.problems, self.max_drop, "--max-drop",
+                                "its estimate is already below the allowed drop")] if item.accuracy_open else []
+        if item.drift_open and self.max_drift is not None:
+            parts.append("drift: " + self._more_for(item.drift_needed, item.summary.problems, self.max_drift,
+                                                     "--max-drift", "its log-prob already falls further than that"))
+        return "; ".join(parts)
+
+    def _more_for(self, needed: int | None, ran: int, bound: float, option: str, beyond: str) -> str:
         if needed is None:
-            return "more data would not help: its estimate is already below the allowed drop"
+            return f"more data would not help: {beyond}"
         if self.task_size is not None and needed > self.task_size:
-            return (f"the whole task ({self.task_size} problems) would not resolve --max-drop {self.max_drop:g} "
-                    "at this estimate; more seeds (--repeats) or a larger --max-drop might")
-        return (f"about {max(needed - ran, 1)} more problems ({needed} in all) would resolve --max-drop "
-                f"{self.max_drop:g} if the estimate holds")
+            return (f"the whole task ({self.task_size} problems) would not resolve {option} {bound:g} "
+                    f"at this estimate; more seeds (--repeats) or a larger {option} might")
+        return (f"about {max(needed - ran, 1)} more problems ({needed} in all) would resolve {option} "
+                f"{bound:g} if the estimate holds")
 
 
 def _numbers(s: ConfigSummary) -> str:
+    if not s.scored:
+        return f"{drift_text(s).removeprefix(', ') or 'no drift measured'}, speed-up {_speed_text(s)}"
     text = f"accuracy {100 * s.accuracy:.1f}%"
     if s.delta is not None and s.delta.pairs:
         interval = s.delta.interval
         bounds = "" if math.isnan(interval.low) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
         text += f", Δ vs {s.reference} {100 * interval.mean:+.1f}{bounds} on {s.delta.pairs} pairs"
-    return text + f", speed-up {_speed_text(s)}"
+    return text + drift_text(s) + f", speed-up {_speed_text(s)}"
 
 
 def _speed_text(s: ConfigSummary) -> str:
@@ -96,10 +141,37 @@ def speed_of(s: ConfigSummary, profile: str | None) -> float:
     return s.speedup or 0.0
 
 
+def _quality(s: ConfigSummary, scored: bool) -> float:
+    """What the Pareto front trades against speed: accuracy, or for an open-ended task the (negative) drift."""
+    if scored:
+        return 100 * s.accuracy
+    difference = drift_difference(s)
+    return 0.0 if s.rule is None else (-math.inf if difference is None else difference.interval.mean)
+
+
+def judge(s: ConfigSummary, *, max_drop: float, max_drift: float | None, scored: bool) -> Unresolved | None:
+    """None when ``s`` is shown to stay within both bounds (accuracy if scored, drift if bounded); else what is
+    open and how many problems would settle it."""
+    accuracy_needed = problems_to_resolve(s.delta, max_drop / 100) if scored and s.delta is not None else None
+    accuracy_open = scored and (accuracy_needed is None or accuracy_needed > s.delta.interval.n)  # type: ignore[union-attr]
+    drift_open, needed_drift = False, None
+    if max_drift is not None:
+        needed_drift = drift_needed(s, max_drift)
+        signal = drift_difference(s)
+        drift_open = needed_drift is None or signal is None or needed_drift > signal.interval.n
+    if not accuracy_open and not drift_open:
+        return None
+    return Unresolved(s, accuracy_needed, needed_drift, drift_open, accuracy_open)
+
+
 def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostProfile | None = None,
-              task_size: int | None = None) -> Recommendation:
+              task_size: int | None = None, max_drift: float | None = None) -> Recommendation:
     """``max_drop`` is in accuracy points; ``profile`` (if any) prices speed and the break-even line;
-    ``task_size`` (the task's problems in all) bounds how many problems the advice may ask for."""
+    ``task_size`` (the task's problems in all) bounds how many problems the advice may ask for; ``max_drift``
+    (nats/token) also bounds drift — an open-ended task without one is judged at ``DEFAULT_MAX_DRIFT``."""
+    scored = any(s.scored for s in summaries) if summaries else True
+    if not scored and max_drift is None:
+        max_drift = DEFAULT_MAX_DRIFT
     primary = profile.name if profile is not None and summaries and profile.name in summaries[0].proxy else None
     basis = (f"priced speed-up under cost profile {primary!r}" if primary is not None
              else "wall-clock speed-up vs the verifier alone (this run, on this machine)")
@@ -113,13 +185,13 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
             if s.rule in (None, "strict") or speed_of(s, primary) <= speed_of(best_strict, primary) or s.delta is None:
                 continue
             # resolved = the interval (its spread floored, so that a few tied pairs prove nothing) clears it
-            needed = problems_to_resolve(s.delta, max_drop / 100)
-            if needed is not None and needed <= s.delta.interval.n:
+            verdict = judge(s, max_drop=max_drop, max_drift=max_drift, scored=scored)
+            if verdict is None:
                 winners.append(s)
             else:
-                unresolved.append(Unresolved(s, needed))
+                unresolved.append(verdict)
     winners.sort(key=lambda s: -speed_of(s, primary))
-    points = {(speed_of(s, primary), 100 * s.accuracy): s for s in placed}
+    points = {(speed_of(s, primary), _quality(s, scored)): s for s in placed}
     front = [points[p] for p in pareto_front(list(points))]
     problems = max((s.problems for s in placed), default=0)
     caveats = []
@@ -140,4 +212,5 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
             slower += (f"; at N={best_strict.draft_max} it would need a mean accepted length of "
                        f"{profile.break_even_length(best_strict.draft_max):.2f} to break even (it reached "
                        f"{best_strict.mean_accepted_length:.2f}); keep the verifier alone or a cheaper drafter")
-    return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop, task_size)
+    return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop, task_size,
+                          max_drift, scored)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import GenerationConfig
 from relaxtui.evals.degeneracy import is_degenerate
+from relaxtui.evals.drift import record_signals
 from relaxtui.evals.results import GridPoint
 from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.rules import Rule, make
@@ -61,6 +62,9 @@ def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any
         "per_position_acceptance": list(metrics.per_position_acceptance),
         "decode_s": metrics.decode_s, "prefill_s": metrics.prefill_s, "tokens_per_s": metrics.tokens_per_s,
         "finished_at": time.time(),
+        # label-free drift signals (evals/drift.py); False for an open-ended task, whose `correct` means nothing
+        "scored": getattr(task, "scored", True),
+        **record_signals(finished.token_ids, finished.verifier_logprobs, finished.verifier_probs),
     }
 
 
@@ -68,5 +72,6 @@ def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule 
     rule = (make(unit.point.rule, unit.point.knob, temperature=plan.sampling.temperature or 1.0)
             if unit.point.rule else None)
     config = GenerationConfig(draft_max=unit.point.draft_max, max_tokens=plan.max_tokens, sampling=plan.sampling,
-                              seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive)
+                              seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive,
+                              stop=tuple(unit.sample.meta.get("stop", ())))  # a task file's stop strings
     return config, rule

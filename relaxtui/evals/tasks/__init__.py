@@ -1,4 +1,5 @@
-"""Benchmark tasks, one file each. ``get(name)`` returns a task; ``TASKS`` lists them."""
+"""Benchmark tasks, one file each. ``get(name)`` returns a task (a name, or a task file ending in .toml);
+``TASKS`` lists the built-in ones."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Aime, Aime25, Math500,
 
 
 def get(name: str) -> Task:
+    if name.endswith(".toml"):
+        from pathlib import Path
+
+        from relaxtui.evals.taskfile import load_task
+
+        return load_task(Path(name))
     try:
         return TASKS[name]()
     except KeyError:
-        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}") from None
+        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)} (or a task file, FILE.toml)") from None
 
 
 __all__ = ["TASKS", "Sample", "Score", "Task", "get", "strip_think"]

@@ -1,0 +1,88 @@
+"""Where a task file's rows come from: a local JSON lines, JSON, CSV or Parquet file, or a hub dataset.
+
+Local files go through the same hostile-input readers as the built-in tasks' ``--data`` (``tasks.base.read_rows``:
+one line naming file and row on any defect); Parquet needs ``pyarrow`` (installed with ``datasets``), and its
+absence is one line saying so. Hub datasets load through ``tasks.hub.load_hub_rows`` (``datasets``, cached, a
+token for gated ones), pinned by ``revision`` when the file gives one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from relaxtui.errors import UserError
+from relaxtui.evals.tasks.base import Located, bad, numbered, read_rows
+from relaxtui.evals.tomltable import Table
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+MAX_PARQUET_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A local file (``path``), or a hub dataset (``hub`` with ``config``, ``split``, ``revision``)."""
+
+    path: Path | None = None
+    hub: str | None = None
+    config: str | None = None
+    split: str = "train"
+    revision: str | None = None
+
+    @classmethod
+    def read(cls, table: Table, base: Path) -> DataSource:
+        """From the ``[data]`` table; a relative path is relative to the task file's folder."""
+        path, hub = table.text("path"), table.text("hub")
+        config, split, revision = table.text("config"), table.text("split", "train"), table.text("revision")
+        if (path is None) == (hub is None):
+            raise table.error("path", "or hub: give exactly one (a local file, or a hub dataset name)")
+        if path is not None:
+            for key, value in (("config", config), ("revision", revision)):
+                if value is not None:
+                    raise table.error(key, "applies to a hub dataset, not to a local path")
+            return cls(path=base / path)
+        return cls(hub=hub, config=config, split=split, revision=revision)
+
+    def add_to(self, digest: hashlib._Hash) -> None:
+        """Fold the local data file's bytes into the task's digest (hub data is named by its revision)."""
+        if self.path is None:
+            return
+        try:
+            with self.path.open("rb") as stream:
+                while chunk := stream.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:  # a missing file is reported when rows are read (or --data replaces it)
+            digest.update(b"\0missing")
+
+
+def parquet_rows(path: Path) -> list[Located]:
+    """The rows of a Parquet file as plain Python values, located as ``file row N``."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UserError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), not installed here") from None
+    try:
+        if not path.is_file():
+            raise UserError(f"data file not found: {path}")
+        if path.stat().st_size > MAX_PARQUET_BYTES:
+            raise bad(str(path), f"larger than {MAX_PARQUET_BYTES >> 20} MiB: refused")
+        rows = pq.read_table(path).to_pylist()
+    except UserError:
+        raise
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise bad(str(path), f"not a readable Parquet file ({text})") from None
+    return numbered(rows, str(path))
+
+
+def read_source(source: DataSource) -> list[Located]:
+    """Every row of the source with where it came from (file and line, or row number)."""
+    if source.path is None:
+        from relaxtui.evals.tasks.hub import load_hub_rows
+
+        assert source.hub is not None
+        return load_hub_rows(source.hub, config=source.config, split=source.split, revision=source.revision)
+    if source.path.suffix.lower() in PARQUET_SUFFIXES:
+        return parquet_rows(source.path)
+    return read_rows(source.path)

@@ -1,0 +1,283 @@
+"""Task files (`relaxtui eval FILE.toml`): the format, its one-line errors before any model loads, data sources,
+`tasks check`, and the task-file version of math500 writing the built-in task's records."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from relaxtui.cli import main
+from relaxtui.decoding.backend import FakeBackend
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
+from relaxtui.evals.identity import RunIdentity
+from relaxtui.evals.results import ResultsStore
+from relaxtui.evals.runner import EvalPlan, run_eval
+from relaxtui.evals.taskfile import TaskFile, load_task
+from relaxtui.evals.tasks import get
+
+REPO = Path(__file__).resolve().parents[1]
+
+BASIC = """name = "capitals"
+version = 3
+[data]
+path = "rows.jsonl"
+id = "id"
+fields = ["id", "country", "capital"]
+[prompt]
+template = "What is the capital of {country}? Answer with the city only."
+stop = ["\\n\\n"]
+max_tokens = 16
+[answer]
+kind = "exact"
+gold = "capital"
+"""
+ROWS = [{"id": "fr", "country": "France", "capital": "Paris"}, {"id": "jp", "country": "Japan", "capital": "Tokyo"}]
+
+
+def write_task(folder: Path, toml: str = BASIC, rows: list | None = None, name: str = "rows.jsonl") -> Path:
+    (folder / name).write_text("".join(json.dumps(row) + "\n" for row in (ROWS if rows is None else rows)))
+    path = folder / "task.toml"
+    path.write_text(toml)
+    return path
+
+
+def test_a_task_file_loads_as_a_task(tmp_path):
+    task = get(str(write_task(tmp_path)))
+    assert isinstance(task, TaskFile) and task.name == "capitals" and task.max_tokens == 16
+    assert task.version.startswith("3+sha:") and len(task.version) == len("3+sha:") + 12
+    samples = task.load()
+    assert [s.id for s in samples] == ["fr", "jp"] and samples[0].gold == "Paris"
+    assert samples[0].messages[0].content == "What is the capital of France? Answer with the city only."
+    assert samples[0].meta == {"stop": ("\n\n",)}
+    assert task.score("paris\n\nThe capital of Japan is Tokyo.", samples[0]).correct  # cut at the stop string
+    assert not task.score("Lyon", samples[0]).correct
+
+
+def test_the_version_digest_changes_with_the_file_and_its_data(tmp_path):
+    first = load_task(write_task(tmp_path)).version
+    assert load_task(write_task(tmp_path)).version == first  # same bytes, same identity
+    assert load_task(write_task(tmp_path, rows=ROWS[:1])).version != first  # data edited, version not bumped
+    assert load_task(write_task(tmp_path, BASIC.replace("max_tokens = 16", "max_tokens = 17"))).version != first
+
+
+def test_raw_prompts_thinking_and_system_messages(tmp_path):
+    raw = BASIC.replace('stop = ["\\n\\n"]', "chat = false\nthinking = false")
+    sample = load_task(write_task(tmp_path, raw)).load()[0]
+    assert sample.meta == {"raw": True, "thinking": False} and len(sample.messages) == 1
+    system = BASIC.replace("[prompt]\n", '[prompt]\nsystem = "You answer about {country}."\n')
+    messages = load_task(write_task(tmp_path, system)).load()[1].messages
+    assert [(m.role, m.content[:20]) for m in messages] == [("system", "You answer about Jap"),
+                                                             ("user", "What is the capital ")]
+
+
+def test_csv_parquet_and_the_hub(tmp_path, monkeypatch):
+    csv_task = BASIC.replace("rows.jsonl", "rows.csv")
+    (tmp_path / "rows.csv").write_text("id,country,capital\nfr,France,Paris\n")
+    path = tmp_path / "csv.toml"
+    path.write_text(csv_task)
+    assert [s.gold for s in load_task(path).load()] == ["Paris"]
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "rows.parquet")
+    path.write_text(BASIC.replace("rows.jsonl", "rows.parquet"))
+    assert [s.id for s in load_task(path).load()] == ["fr", "jp"]
+    (tmp_path / "rows.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(UserError, match="not a readable Parquet file"):
+        load_task(path).load()
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # as if pyarrow were not installed
+    with pytest.raises(UserError, match="reading Parquet needs pyarrow"):
+        load_task(path).load()
+
+    asked = {}
+
+    def fake_hub(repo, **kwargs):
+        asked.update(kwargs, repo=repo)
+        return [(f"{repo} row {n}", row) for n, row in enumerate(ROWS, start=1)]
+
+    monkeypatch.setattr("relaxtui.evals.tasks.hub.load_hub_rows", fake_hub)
+    path.write_text(BASIC.replace('path = "rows.jsonl"', 'hub = "someone/capitals"\nconfig = "en"\nsplit = "test"\n'
+                                                         'revision = "abc123"'))
+    assert [s.id for s in load_task(path).load()] == ["fr", "jp"]
+    assert asked == {"repo": "someone/capitals", "config": "en", "split": "test", "revision": "abc123"}
+
+
+# -- bad input: one line, exit 2, before any model loads ---------------------------------------------------------
+BAD = [
+    (BASIC.replace('kind = "exact"', 'kind = "fuzzy"'), None, "[answer]: kind 'fuzzy' is unknown (known: exact"),
+    (BASIC.replace("{country}?", "{country} in {continent}?"), None,
+     "[prompt] names field 'continent', which [data] fields does not declare (id, country, capital)"),
+    (BASIC.replace('fields = ["id", "country", "capital"]\n', "").replace("{country}?", "{continent}?"), None,
+     "rows.jsonl:1: missing field(s) continent (used by task.toml)"),
+    (BASIC.replace('kind = "exact"', 'kind = "regex"\npattern = "(unclosed"'), None,
+     "[answer]: pattern does not compile: missing ), unterminated subpattern"),
+    (BASIC.replace('kind = "exact"\ngold = "capital"', 'kind = "code"'), None,
+     "[answer]: tests is required for kind 'code': the row field holding its Python tests"),
+    (BASIC, [ROWS[0], {"id": "jp", "country": "Japan"}], "rows.jsonl:2: missing field(s) capital"),
+    (BASIC, [ROWS[0], ROWS[0]], "rows.jsonl:2: duplicate id 'fr' (first at"),
+    (BASIC, [{**ROWS[0], "capital": None}], "rows.jsonl:1: field 'capital' (the gold answer) is null"),
+    (BASIC.replace("version = 3\n", ""), None, "version is required (bump it when"),
+    (BASIC.replace("max_tokens = 16", "max_token = 16"), None, "[prompt]: unknown key 'max_token'"),
+    (BASIC.replace("{country}", "{country.__class__}"), None, "attribute and index access are not allowed"),
+    (BASIC.replace("{country}", "{country:>999999}"), None, "conversions and format specs are not allowed"),
+    (BASIC.replace("{country}", "{}"), None, "{} must name a row field"),
+    (BASIC.replace("{country}?", "{country}? }"), None, "Single '}' encountered"),
+    (BASIC.replace("[prompt]\n", "[prompt]\nchat = false\nsystem = 'x'\n"), None, "system needs chat = true"),
+    (BASIC.replace('path = "rows.jsonl"', 'path = "rows.jsonl"\nhub = "x/y"'), None, "give exactly one"),
+    (BASIC + "[extra]\n", None, "unknown key 'extra'"),
+    ("name = [", None, "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("toml,rows,message", BAD, ids=range(len(BAD)))
+def test_bad_task_files_fail_in_one_line_before_models_load(capsys, monkeypatch, tmp_path, toml, rows, message):
+    def no_models(*args, **kwargs):
+        raise AssertionError("a model was loaded for a bad task file")
+    monkeypatch.setattr("relaxtui.session.load_pair", no_models)
+    path = write_task(tmp_path, toml, rows)
+    assert main(["eval", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("relaxtui: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_tasks_check_renders_scores_the_gold_and_lists_failing_rows(capsys, tmp_path):
+    assert main(["tasks", "check", str(write_task(tmp_path)), "--show", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "task capitals version 3+sha:" in out and "What is the capital of France?" in out
+    assert "Japan" not in out and "gold answers: 2/2 score correct" in out and "rows failing validation: none" in out
+    rows = [*ROWS, {"id": "xx", "country": "Nowhere"}, {"id": "de", "country": "Germany", "capital": "Berlin"}]
+    marker = BASIC.replace('gold = "capital"', 'gold = "capital"\nexample = "It is {gold}."')  # a reader that is wrong
+    assert main(["tasks", "check", str(write_task(tmp_path, marker, rows))]) == 1
+    out = capsys.readouterr().out
+    assert "gold answers: 0/3 score correct" in out and "rows failing validation: 4" in out
+    assert "rows.jsonl:3: missing field(s) capital" in out and "row 'de': its gold answer does not score" in out
+    assert main(["tasks", "check", "nope.toml"]) == 2
+
+
+def test_the_shipped_task_files_check_clean(capsys):
+    for name in ("evals/math500.toml", "evals/examples/code_small.toml", "evals/examples/json_extract.toml",
+                 "evals/examples/open_ended.toml"):
+        assert main(["tasks", "check", str(REPO / name), "--show", "0"]) == 0, name
+        out = capsys.readouterr().out
+        assert "rows failing validation: none" in out, out
+
+
+# -- the format proven: math500 as a task file writes the built-in task's records ---------------------------------
+PIECES = [b"\\boxed{", b"}", b"9", b"1", b"2", b"0", b" x", b" ", b"Answer: ", b"\n"]
+
+
+def text_backend(seed: int) -> FakeBackend:
+    """A 10-token model whose tokens render as pieces of boxed answers — it likes to open a box, write a digit or
+    two and close it — so that outputs parse, and some score, under math500's reading."""
+    table = np.random.default_rng(seed).normal(scale=1.0, size=(10, 10))
+    table[:, 0] += 1.5  # open a box
+    table[0, 2:6] += 3.0  # a digit after "\boxed{"
+    table[2:6, 1] += 2.0  # and close it
+    return FakeBackend(lambda ctx: table[ctx[-1]], 10, pieces=PIECES)
+
+
+def prompt_tokens(sample) -> list[int]:  # type: ignore[no-untyped-def]
+    """A prompt that depends on the rendered text, so two tasks agree only if their prompts do."""
+    text = "".join(m.role + m.content for m in sample.messages)
+    return [sum(map(ord, text)) % 10, len(text) % 10]
+
+
+def records_of(task, tmp_path: Path, samples) -> list[dict]:  # type: ignore[no-untyped-def]
+    plan = EvalPlan(rules=("strict", "mentored"), alphas=(0.7,), draft_max=(3,), no_spec=True, repeats=2,
+                    max_tokens=12, sampling=SamplingParams(1.0, 0, 1.0))
+    store = ResultsStore(tmp_path / str(task.version).replace(":", "_").replace("+", "_"))
+    run_eval(task, samples, plan, RunIdentity({"task": task.name, "task_version": task.version}), store,
+             text_backend(1), ModelDrafter(text_backend(2), 10), prompt_tokens)
+    return list(store.records())
+
+
+TIMING = ("decode_s", "prefill_s", "tokens_per_s", "finished_at")
+
+
+def test_math500_as_a_task_file_gives_identical_records(tmp_path):
+    builtin, declared = get("math500"), get(str(REPO / "evals" / "math500.toml"))
+    assert declared.name == builtin.name and declared.max_tokens == builtin.max_tokens
+    assert declared.load() == builtin.load()  # same ids, prompts (messages) and gold answers, in the same order
+    ids = {"math500-3", "math500-24", "math500-45", "math500-65", "math500-76", "math500-79", "math500-87",
+           "math500-89", "math500-107", "math500-116"}  # answers such as 9, 2, 10 and 21 that the fake can write
+    samples = [s for s in builtin.load() if s.id in ids]
+    mine, theirs = records_of(declared, tmp_path, samples), records_of(builtin, tmp_path, samples)
+    assert len(mine) == len(theirs) == len(samples) * 2 * 3 > 0
+    assert any(r["parsed"] for r in theirs) and any(r["correct"] for r in theirs)  # the check has teeth
+    assert {r["task_version"] for r in mine} == {declared.version} and {r["task_version"] for r in theirs} == {2}
+    for a, b in zip(mine, theirs, strict=True):
+        # only the task version differs, and with it the config ids (they hash the run's identity); timings vary
+        assert a["config_id"] != b["config_id"]
+        same = {k: v for k, v in a.items() if k not in ("config_id", "task_version", *TIMING)}
+        assert same == {k: v for k, v in b.items() if k not in ("config_id", "task_version", *TIMING)}
+
+
+# -- fuzz: whatever the file says, loading is a task or one UserError line -----------------------------------------
+def to_toml(table: dict, prefix: str = "") -> str:
+    """A TOML writer for generated documents (strings as JSON writes them, which TOML basic strings read)."""
+    lines, subtables = [], []
+    for key, value in table.items():
+        if isinstance(value, dict):
+            subtables.append((key, value))
+        else:
+            lines.append(f"{json.dumps(key)} = {json.dumps(value)}")
+    text = "\n".join(lines) + "\n"
+    for key, value in subtables:
+        name = f"{prefix}.{json.dumps(key)}" if prefix else json.dumps(key)
+        text += f"[{name}]\n" + to_toml(value, name)
+    return text
+
+
+names = st.sampled_from(["id", "country", "capital", "q", "a", "tests", "gold", "x y", "0"]) | st.text(max_size=6)
+values = (st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False) | st.text(max_size=20)
+          | st.sampled_from(["exact", "regex", "number", "choice", "boxed", "math", "json", "code", "none", "(x",
+                             "{country}", "{q} {a}", "rows.jsonl", "ABCD", "[a-z]+", '{"type": "object"}']))
+options = st.dictionaries(st.sampled_from(["kind", "gold", "pattern", "group", "tests", "letters", "schema", "marker",
+                                           "compare", "required", "template", "system", "chat", "stop", "max_tokens",
+                                           "path", "id", "fields", "thinking", "tolerance", "timeout_s"]) | names,
+                          values | st.lists(names, max_size=3), max_size=6)
+documents = st.fixed_dictionaries({"name": values, "version": values, "data": options, "prompt": options,
+                                   "answer": options}) | st.dictionaries(names, values | options, max_size=4)
+rows = st.lists(st.dictionaries(names, values, max_size=4) | values, max_size=3)
+
+
+@settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
+@given(document=documents, data=rows, use_valid=st.booleans())
+def test_any_task_file_loads_or_fails_in_one_line(tmp_path, document, data, use_valid):
+    if use_valid:  # start from a valid file and let the generated tables replace some of its parts
+        document = {"name": "t", "version": 1, "data": {"path": "rows.jsonl", **document.get("data", {})},
+                    "prompt": {"template": "{country}", **document.get("prompt", {})},
+                    "answer": {"kind": "exact", "gold": "capital", **document.get("answer", {})}}
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [*data, *ROWS]))
+    path = tmp_path / "fuzz.toml"
+    path.write_text(to_toml(document), encoding="utf-8", errors="surrogatepass")
+    try:
+        task = load_task(path)
+        samples = task.load()
+        for sample in samples:
+            task.score(sample.messages[-1].content, sample)
+    except UserError as exc:
+        assert str(exc) and "\n" not in str(exc), str(exc)
+
+
+@settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, len(BASIC)), junk=st.binary(max_size=8))
+def test_a_damaged_task_file_fails_in_one_line(tmp_path, cut, junk):
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    path = tmp_path / "task.toml"
+    path.write_bytes(BASIC.encode()[:cut] + junk + BASIC.encode()[cut:])
+    try:
+        load_task(path).load()
+    except UserError as exc:
+        assert str(exc) and "\n" not in str(exc), str(exc)
