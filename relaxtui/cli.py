@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(tune)
     add_sampling_options(tune)
 
+    from relaxtui.commands import tasks as tasks_command
+
+    tasks = sub.add_parser("tasks", help="check a task file (FILE.toml): its prompts, gold answers and rows")
+    tasks_command.add_arguments(tasks)
+
     profiles = sub.add_parser("profiles", help="cost profiles that price speed-ups (shipped, or measured by bench)")
     from relaxtui.commands import profiles as profiles_command
 
@@ -123,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
                             help="vocabulary size to time on")
     rule_bench.add_argument("--repeats", type=int_option("--repeats", 1, 100_000), default=50,
                             help="timed repeats per rule")
+
+    from relaxtui.commands import serve as serve_command
+
+    serve = sub.add_parser("serve", help="an OpenAI-compatible server: per-request rules, continuous batching")
+    serve_command.add_arguments(serve)
+    add_model_options(serve)
+    add_sampling_options(serve)
 
     from relaxtui.commands import models as models_command
 

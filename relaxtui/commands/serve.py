@@ -1,0 +1,201 @@
+"""`relaxtui serve`: relaxed speculative decoding behind an OpenAI-compatible HTTP API (see relaxtui/serve/).
+
+Parse, build the scheduler and the app, run uvicorn on a socket bound here (so ``--port 0`` works and the line
+``listening on http://H:P`` names the real port). The HTTP side answers ``/health`` with 503 while the models load;
+the line is printed once they are loaded and requests are accepted. SIGINT/SIGTERM: uvicorn stops accepting,
+in-flight requests finish (``--drain`` seconds at most), then the models are freed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+from pathlib import Path
+
+from relaxtui.commands.common import (
+    add_draft_options,
+    add_parallel_option,
+    finite_float,
+    float_option,
+    int_option,
+    model_options,
+    sampling,
+    utf8_path,
+    utf8_text,
+)
+from relaxtui.costmodel.profiles import load_profile
+from relaxtui.errors import UserError
+from relaxtui.rules import make, split_spec
+from relaxtui.serve.protocol import Defaults, Speculative
+
+MAX_KEY_FILE_BYTES = 64 << 10
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    net = parser.add_argument_group("server")
+    net.add_argument("--host", type=utf8_text, default="127.0.0.1", help="address to bind (loopback unless told)")
+    net.add_argument("--port", type=int_option("--port", 0, 65535), default=8080, help="TCP port (0 = any free)")
+    net.add_argument("--api-key", type=utf8_text, action="append", default=[], metavar="KEY",
+                     help="require Authorization: Bearer KEY (repeatable)")
+    net.add_argument("--api-key-file", type=utf8_path, default=None, metavar="FILE",
+                     help="keys, one per line (blank lines and # comments skipped)")
+    net.add_argument("--max-queue", type=int_option("--max-queue", 0), default=64,
+                     help="sequences that may wait for a slot; past it 503 + Retry-After")
+    net.add_argument("--timeout", type=float_option("--timeout", low=0, low_open=True), default=600.0,
+                     help="per-request deadline in seconds, queue wait included")
+    net.add_argument("--drain", type=float_option("--drain", low=0), default=30.0,
+                     help="on SIGINT/SIGTERM, seconds in-flight requests may still run")
+    net.add_argument("--max-body", type=int_option("--max-body", 1024), default=4 << 20,
+                     help="largest request body in bytes")
+    net.add_argument("--fake", action="store_true", help="a deterministic fake model pair (no weights)")
+    gen = parser.add_argument_group("request defaults (each request may override them)")
+    gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (NAME or NAME:KNOB)")
+    gen.add_argument("--alpha", type=finite_float, default=None, help="the rule's knob")
+    gen.add_argument("--draft-max", "--spec-draft-n-max", type=int_option("--draft-max", 0, 64), default=3,
+                     dest="draft_max", help="draft length N (0 = verifier alone)")
+    gen.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=None,
+                     help="completion budget when a request gives none (default: up to the slot's context)")
+    gen.add_argument("--thinking", choices=["on", "off"], default=None,
+                     help="reasoning mode for chat templates that have one (default: the template's own)")
+    gen.add_argument("--profile", type=utf8_text, default="memory-bound",
+                     help="cost profile that prices each response's speed-up: a shipped name, a file, or "
+                          "this-machine (measured at start, a few seconds)")
+    add_parallel_option(gen)
+    add_draft_options(parser, with_length=False)
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    keys = [k for k in args.api_key if k]
+    if args.api_key_file is not None:
+        path = Path(args.api_key_file)
+        try:
+            raw = path.read_bytes()[:MAX_KEY_FILE_BYTES + 1]
+        except OSError as exc:
+            raise UserError(f"--api-key-file {path}: cannot read it ({exc.strerror or exc})") from None
+        if len(raw) > MAX_KEY_FILE_BYTES:
+            raise UserError(f"--api-key-file {path}: larger than {MAX_KEY_FILE_BYTES} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UserError(f"--api-key-file {path}: not UTF-8 text") from None
+        keys += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        if not keys:
+            raise UserError(f"--api-key-file {path}: holds no key")
+    if any(not k.isprintable() or " " in k for k in keys):
+        raise UserError("an API key must be printable and without spaces")
+    return tuple(keys)
+
+
+def defaults(args: argparse.Namespace, draft_kinds: tuple[str, ...]) -> Defaults:
+    rule, knob = split_spec(args.rule, args.alpha)
+    knob = make(rule, knob).knob  # an unknown rule or a bad knob: one line, exit 2, before anything loads
+    kind = draft_kinds[0]
+    return Defaults(Speculative(rule, knob, args.draft_max, kind), sampling(args), args.seed, args.max_tokens,
+                    None if args.thinking is None else args.thinking == "on", draft_kinds)
+
+
+def draft_kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    """What requests may ask for: the server's own drafter first (its default), then the n-gram lookup (it holds no
+    model, so it rides along with any other drafter), then the verifier alone."""
+    if args.fake:
+        return ("model", "ngram", "none")
+    if str(args.drafter).lower() == "none":
+        return ("none",)
+    return tuple(dict.fromkeys((args.draft_kind, "ngram", "none")))
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url(host: str, port: int) -> str:
+    return f"http://[{host.strip('[]')}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _server_class():  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server, but a drained shutdown exits 0 (uvicorn re-raises the signal once it has stopped);
+        a second signal stops at once."""
+
+        def handle_exit(self, sig: int, frame: object) -> None:  # type: ignore[override]
+            if self.should_exit:
+                self.force_exit = True
+                return
+            print("relaxtui serve: draining in-flight requests, then freeing the models…", file=sys.stderr, flush=True)
+            self.should_exit = True
+
+    return DrainingServer
+
+
+def run(args: argparse.Namespace) -> int:
+    kinds = draft_kinds(args)
+    request_defaults = defaults(args, kinds)
+    if args.profile != "this-machine":
+        load_profile(args.profile)  # a bad profile: one line before anything loads
+    options = model_options(args, speculative=kinds[0] != "none")
+    keys = api_keys(args)
+
+    import uvicorn
+
+    _Server = _server_class()
+    from relaxtui.serve.app import ServeSettings, build_app
+    from relaxtui.serve.pair import FakeServedPair, LlamaServedPair
+    from relaxtui.serve.scheduler import LoopSettings, Scheduler
+
+    if args.fake:
+        def load():  # type: ignore[no-untyped-def]
+            return FakeServedPair(args.parallel)
+    else:
+        from relaxtui.commands.chat import check_model_files
+
+        check_model_files(options)  # a missing or non-GGUF model: one line, exit 2, before the port opens
+
+        def load():  # type: ignore[no-untyped-def]
+            return LlamaServedPair(options)
+    settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max)
+    scheduler = Scheduler(load, max_queue=args.max_queue, profile=args.profile, settings=settings)
+    if not keys and args.host not in LOOPBACK:
+        print(f"relaxtui serve: warning: listening on {args.host} with no --api-key: anyone who can reach this "
+              "address can use the models", file=sys.stderr, flush=True)
+    sock = bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    failed: list[str] = []
+
+    async def started() -> None:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        if scheduler.state == "ready":
+            print(f"listening on {url(args.host, port)}", flush=True)
+        else:
+            failed.append(scheduler.error or "the models failed to load")
+            server.should_exit = True
+
+    app = build_app(scheduler, ServeSettings(request_defaults, keys, args.max_body, args.timeout, args.drain),
+                    on_started=started)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=int(args.drain) + 1,
+                            lifespan="on", log_config=None, timeout_keep_alive=30)
+    server = _Server(config)
+    print(f"relaxtui serve: loading {'the fake pair' if args.fake else options.verifier} "
+          f"({args.parallel} slot{'s' if args.parallel > 1 else ''})…", file=sys.stderr, flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if failed:
+        raise UserError(failed[0])
+    return 0

@@ -1,0 +1,386 @@
+"""OpenAI request bodies in, checked values out.
+
+Every field a request may carry is checked here, before anything reaches the model thread, and each failure is
+one ``ApiError`` naming the field (vLLM's single error shape: ``message, type, param, code``). JSON types are
+exact: a bool is not a number, ``1.0`` is not an integer count, ``NaN`` is refused by the JSON reader itself.
+Fields of the OpenAI API that would change what the verifier's distribution means (penalties, logit bias, tools,
+structured output) are refused rather than ignored; fields that change nothing here (``user``, ``metadata``) are
+ignored, as every OpenAI-compatible server does, so SDKs that send them keep working.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relaxtui.decoding.drafters import DRAFT_KINDS as drafter_kinds
+from relaxtui.decoding.loop import MAX_DRAFT
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.text import Message
+from relaxtui.errors import UserError
+from relaxtui.rules import RULES, make, split_spec
+
+SEED_LIMIT = 2**63
+MAX_N = 16  # choices per request
+MAX_STOPS = 16
+MAX_STOP_CHARS = 512
+MAX_TOP_LOGPROBS = 20
+MAX_PROMPTS = 64  # prompts in one /v1/completions batch
+DRAFT_KINDS = (*drafter_kinds, "none")  # "none": the verifier alone
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_REFUSED_IF_SET = {  # OpenAI fields that would change the sampled distribution: refused unless neutral
+    "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}, "tools": [], "functions": [],
+    "repetition_penalty": 1, "min_p": 0,
+}
+
+
+class ApiError(Exception):
+    """An OpenAI-style error: HTTP status, message, type, the field it is about, optional extra headers."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error",
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def bad(param: str, message: str) -> ApiError:
+    return ApiError(400, f"{param}: {message}", param=param)
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """The request extension ``"speculative": {"rule", "alpha", "draft_max", "draft_kind"}``, resolved."""
+
+    rule: str = "strict"
+    knob: float | None = None
+    draft_max: int = 3
+    draft_kind: str = "model"  # a drafter kind ("model", "ngram" prompt lookup, …) or "none" (the verifier alone)
+
+    @property
+    def drafts(self) -> bool:
+        return self.draft_kind != "none" and self.draft_max > 0
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What the server was started with: every request field it does not give takes these."""
+
+    speculative: Speculative
+    sampling: SamplingParams
+    seed: int = 0
+    max_tokens: int | None = None  # None: up to the context of a slot
+    thinking: bool | None = None
+    draft_kinds: tuple[str, ...] = DRAFT_KINDS  # what this server's pair can draft with
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One checked request: the prompts (messages for chat), and how to generate each of its choices."""
+
+    chat: bool
+    messages: tuple[Message, ...]  # chat only
+    prompts: tuple[str | tuple[int, ...], ...]  # completions only: text or token ids, one entry per prompt
+    thinking: bool | None
+    n: int
+    stream: bool
+    include_usage: bool
+    stop: tuple[str, ...]
+    max_tokens: int | None
+    sampling: SamplingParams
+    seed: int
+    logprobs: int | None  # None: off; k >= 0: the chosen token's log-probability and k alternatives
+    echo: bool
+    verdicts: bool
+    speculative: Speculative
+    model: str | None
+
+
+# -- JSON ----------------------------------------------------------------------------------------------------
+def _constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_json(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; anything else (bad UTF-8, bad JSON, NaN, a list) is a 400."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_constant)
+    except UnicodeDecodeError:
+        raise ApiError(400, "the request body is not UTF-8") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, a 5000-digit integer
+        raise ApiError(400, f"the request body is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return data
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def get_bool(body: dict[str, Any], name: str, default: bool, where: str = "") -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad(where + name, f"must be a boolean (got {_kind(value)})")
+    return value
+
+
+def get_int(body: dict[str, Any], name: str, low: int, high: int, where: str = "") -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(where + name, f"must be an integer (got {_kind(value)})")
+    if not low <= value <= high:
+        raise bad(where + name, f"must be in {low}..{high} (got {value})")
+    return value
+
+
+def get_number(body: dict[str, Any], name: str, low: float, high: float, *, low_open: bool = False,
+               where: str = "") -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise bad(where + name, f"must be a number (got {_kind(value)})")
+    if value < low or value > high or (low_open and value == low):
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise bad(where + name, f"must be in {span} (got {value:g})")
+    return float(value)
+
+
+def get_text(body: dict[str, Any], name: str, where: str = "") -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise bad(where + name, f"must be a string (got {_kind(value)})")
+    return value
+
+
+# -- fields --------------------------------------------------------------------------------------------------
+def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_vocab: int) -> CompletionRequest:
+    """Check a /v1/chat/completions (``chat``) or /v1/completions body against this server's defaults."""
+    for name, neutral in _REFUSED_IF_SET.items():
+        if body.get(name) not in (None, neutral):
+            raise bad(name, "is not supported by relaxtui (it would change the distribution the acceptance rules "
+                            "verify against)")
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise bad("response_format", 'only {"type": "text"} is supported')
+    stream = get_bool(body, "stream", False)
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad("stream_options", f"must be an object (got {_kind(options)})")
+    include_usage = get_bool(options or {}, "include_usage", False, "stream_options.")
+    if include_usage and not stream:
+        raise bad("stream_options", "is only allowed with stream: true")
+    model = get_text(body, "model")
+    speculative = parse_speculative(body.get("speculative"), defaults)
+    sampling = parse_sampling(body, defaults.sampling)
+    check_rule(speculative, sampling)
+    max_tokens = get_int(body, "max_completion_tokens", 1, 2**31 - 1)
+    if max_tokens is None:
+        max_tokens = get_int(body, "max_tokens", 1, 2**31 - 1)
+    seed = get_int(body, "seed", 0, SEED_LIMIT - 1)
+    n = get_int(body, "n", 1, MAX_N) or 1
+    if chat:
+        messages, prompts = parse_messages(body.get("messages")), ()
+        logprobs = parse_chat_logprobs(body)
+        echo = False
+        thinking = parse_thinking(body, defaults.thinking)
+    else:
+        messages, prompts = (), parse_prompts(body.get("prompt"), n_vocab)
+        logprobs = get_int(body, "logprobs", 0, MAX_TOP_LOGPROBS)
+        echo = get_bool(body, "echo", False)
+        if echo and logprobs is not None:
+            raise bad("echo", "echo with logprobs (prompt log-likelihoods) is not supported; use echo without "
+                              "logprobs")
+        thinking = None
+    return CompletionRequest(
+        chat=chat, messages=messages, prompts=prompts, thinking=thinking, n=n, stream=stream,
+        include_usage=include_usage, stop=parse_stop(body.get("stop")),
+        max_tokens=max_tokens if max_tokens is not None else defaults.max_tokens, sampling=sampling,
+        seed=defaults.seed if seed is None else seed, logprobs=logprobs, echo=echo,
+        verdicts=get_bool(body, "verdicts", False), speculative=speculative, model=model,
+    )
+
+
+def parse_sampling(body: dict[str, Any], default: SamplingParams) -> SamplingParams:
+    temperature = get_number(body, "temperature", 0.0, 100.0)
+    top_p = get_number(body, "top_p", 0.0, 1.0, low_open=True)
+    top_k = get_int(body, "top_k", -1, 2**31 - 1)
+    return SamplingParams(default.temperature if temperature is None else temperature,
+                          default.top_k if top_k is None else max(top_k, 0),  # -1 = off, as in vLLM
+                          default.top_p if top_p is None else top_p)
+
+
+def parse_speculative(value: object, defaults: Defaults) -> Speculative:
+    """The extension object: any subset of rule (NAME or NAME:KNOB), alpha, draft_max, draft_kind."""
+    base = defaults.speculative
+    if value is None:
+        return base
+    if not isinstance(value, dict):
+        raise bad("speculative", f"must be an object (got {_kind(value)})")
+    unknown = sorted(set(value) - {"rule", "alpha", "draft_max", "draft_kind"})
+    if unknown:
+        raise bad(f"speculative.{unknown[0]}", "unknown field (known: rule, alpha, draft_max, draft_kind)")
+    spec = get_text(value, "rule", "speculative.")
+    alpha = value.get("alpha")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
+                              or not math.isfinite(alpha)):
+        raise bad("speculative.alpha", f"must be a finite number (got {_kind(alpha)})")
+    if spec is None:
+        name, knob = base.rule, (float(alpha) if alpha is not None else (base.knob if "alpha" not in value else None))
+    else:
+        try:
+            name, knob = split_spec(spec, None if alpha is None else float(alpha))
+        except UserError as exc:
+            raise bad("speculative.rule", str(exc).replace("--rule ", "").replace("--alpha", "alpha")) from None
+        if knob is None and name == base.rule and "alpha" not in value:
+            knob = base.knob  # the server's knob for its own rule
+    if name not in RULES:
+        raise bad("speculative.rule", f"unknown rule {name!r}; known rules: {', '.join(RULES)}")
+    try:
+        knob = make(name, knob).knob  # the knob the rule runs with (its default when none was given)
+    except UserError as exc:
+        raise bad("speculative.alpha", str(exc).replace("--alpha", "alpha")) from None
+    draft_max = get_int(value, "draft_max", 0, MAX_DRAFT, "speculative.")
+    kind = get_text(value, "draft_kind", "speculative.")
+    if kind is not None and kind not in DRAFT_KINDS:
+        raise bad("speculative.draft_kind", f"must be one of {', '.join(DRAFT_KINDS)} (got {kind[:40]!r})")
+    if kind is not None and kind not in defaults.draft_kinds:
+        raise bad("speculative.draft_kind", f"this server cannot draft with {kind!r} (it can: "
+                                            f"{', '.join(defaults.draft_kinds)})")
+    return Speculative(name, knob, base.draft_max if draft_max is None else draft_max,
+                       base.draft_kind if kind is None else kind)
+
+
+def check_rule(speculative: Speculative, sampling: SamplingParams) -> None:
+    """What the loop would refuse before decoding, refused here with the field to fix."""
+    rule = RULES[speculative.rule]
+    if sampling.greedy and not rule.greedy_ok and speculative.drafts:
+        raise bad("speculative.rule", f"rule {rule.name!r} cannot run greedy (temperature 0); send temperature > 0")
+    if rule.needs_draft_logits and speculative.draft_kind == "ngram" and speculative.drafts:
+        raise bad("speculative.draft_kind", f"rule {rule.name!r} needs the drafter's logits; use draft_kind 'model'")
+
+
+def parse_stop(value: object) -> tuple[str, ...]:
+    stops = [value] if isinstance(value, str) else value
+    if stops is None:
+        return ()
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad("stop", "must be a string or an array of strings")
+    if len(stops) > MAX_STOPS:
+        raise bad("stop", f"at most {MAX_STOPS} stop strings (got {len(stops)})")
+    if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+        raise bad("stop", f"each stop string must have 1..{MAX_STOP_CHARS} characters")
+    return tuple(stops)
+
+
+def parse_chat_logprobs(body: dict[str, Any]) -> int | None:
+    top = get_int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    if not get_bool(body, "logprobs", False):
+        if top:
+            raise bad("top_logprobs", "needs logprobs: true")
+        return None
+    return top or 0
+
+
+def parse_thinking(body: dict[str, Any], default: bool | None) -> bool | None:
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None:
+        return default
+    if not isinstance(kwargs, dict):
+        raise bad("chat_template_kwargs", f"must be an object (got {_kind(kwargs)})")
+    unknown = sorted(set(kwargs) - {"enable_thinking"})
+    if unknown:
+        raise bad(f"chat_template_kwargs.{unknown[0]}", "unknown field (known: enable_thinking)")
+    value = kwargs.get("enable_thinking")
+    if value is not None and not isinstance(value, bool):
+        raise bad("chat_template_kwargs.enable_thinking", f"must be a boolean (got {_kind(value)})")
+    return default if value is None else value
+
+
+def parse_messages(value: object) -> tuple[Message, ...]:
+    """Chat messages: role and content (a string, or text parts); at least one."""
+    if not isinstance(value, list) or not value:
+        raise bad("messages", "must be a non-empty array of messages")
+    messages = []
+    for i, item in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(item, dict):
+            raise bad(where, f"must be an object (got {_kind(item)})")
+        role = item.get("role")
+        if role not in ROLES:
+            raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)} (got {_kind(role)})")
+        if item.get("tool_calls"):
+            raise bad(f"{where}.tool_calls", "tool calls are not supported")
+        messages.append(Message(ROLES[role], _content(item.get("content"), f"{where}.content")))
+    return tuple(messages)
+
+
+def _content(value: object, where: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for j, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad(f"{where}[{j}]", 'only text parts ({"type": "text", "text": ...}) are supported')
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad(where, f"must be a string or an array of text parts (got {_kind(value)})")
+
+
+def parse_prompts(value: object, n_vocab: int) -> tuple[str | tuple[int, ...], ...]:
+    """A completions prompt: text, token ids, or an array of either (a batch)."""
+    if isinstance(value, str):
+        prompts: Sequence[object] = [value]
+    elif isinstance(value, list) and value and all(_is_int(t) for t in value):
+        prompts = [value]
+    elif isinstance(value, list) and value:
+        prompts = value
+    else:
+        raise bad("prompt", "must be a string, an array of token ids, or an array of those")
+    if len(prompts) > MAX_PROMPTS:
+        raise bad("prompt", f"at most {MAX_PROMPTS} prompts per request (got {len(prompts)})")
+    out: list[str | tuple[int, ...]] = []
+    for i, prompt in enumerate(prompts):
+        where = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        if isinstance(prompt, str):
+            out.append(prompt)
+        elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+            bad_id = next((t for t in prompt if not 0 <= t < n_vocab), None)
+            if bad_id is not None:
+                raise bad(where, f"token id {bad_id} is outside the vocabulary (0..{n_vocab - 1})")
+            out.append(tuple(prompt))
+        else:
+            raise bad(where, "must be a string or a non-empty array of token ids")
+    return tuple(out)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,225 @@
+"""The model side of the server: one thread owns the pair and runs the batched loop; requests join it.
+
+Like llama-server's task queue and slots: HTTP handlers (the asyncio thread) turn a checked request into jobs — one
+per choice, each with its own prompt, rule, knob, N, sampling and seed — and ``submit`` them to a
+``BatchedExecutor``, whose thread takes a job whenever a slot frees and hands every event back through the
+request's ``Ticket`` (``loop.call_soon_threadsafe``: the model thread never touches the event loop otherwise). A
+ticket also carries the request's stop conditions, polled by the loop once per round for each of its sequences:
+the client went away, a stop string was seen, the deadline passed. A stopped sequence leaves the batch at that
+round and its slot takes the next job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, from_dict, load_profile
+from relaxtui.decoding.batched import Job
+from relaxtui.decoding.events import Event, Finished, TokenEvent
+from relaxtui.decoding.loop import GenerationConfig
+from relaxtui.errors import UserError
+from relaxtui.executors import BatchedExecutor, Closed, QueueFull
+from relaxtui.rules import make
+from relaxtui.serve.metrics import ServerMetrics
+from relaxtui.serve.pair import ServedPair
+from relaxtui.serve.protocol import ApiError, CompletionRequest, bad
+
+RETRY_AFTER_S = 1  # what a client told "busy" is asked to wait
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The loop lost this sequence (it raised while the sequence held a slot, or the server shut down)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """Server-wide generation settings no request field overrides (the speculation flags of the CLI)."""
+
+    bonus: str = "auto"
+    draft_min: int = 0
+    adaptive: bool = False
+    draft_max: int = 3  # the server's N: the longest block a this-machine profile is measured for
+
+
+class Ticket:
+    """One request's choices in the batch: where their events go, and when each of them should stop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, choices: int, deadline: float) -> None:
+        self.loop = loop
+        self.events: asyncio.Queue[tuple[int, Event | Failure]] = asyncio.Queue()
+        self.cancelled = threading.Event()  # the client went away, or the response is complete
+        self.done = [False] * choices  # a stop string ended this choice
+        self.deadline = deadline  # time.monotonic() after which every choice stops
+
+    def should_stop(self, choice: int) -> bool:
+        return self.cancelled.is_set() or self.done[choice] or time.monotonic() > self.deadline
+
+    @property
+    def expired(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    def deliver(self, choice: int, event: Event | Failure) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (choice, event))
+        except RuntimeError:  # the event loop is gone (shutdown): nobody is waiting any more
+            pass
+
+
+class Scheduler:
+    """Loads the pair in its own thread (``state`` says "loading" until then), then feeds requests to the batch."""
+
+    def __init__(self, load: Callable[[], ServedPair], *, max_queue: int, profile: str = "memory-bound",
+                 settings: LoopSettings = LoopSettings(), log: Callable[[str], None] | None = None) -> None:
+        self._load, self.max_queue, self.profile_spec, self.settings = load, max_queue, profile, settings
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.state = "loading"  # loading -> ready -> closed, or failed
+        self.error: str | None = None
+        self.pair: ServedPair | None = None
+        self.profile: CostProfile | None = None
+        self.executor: BatchedExecutor | None = None
+        self.metrics = ServerMetrics()
+        self.ready = threading.Event()  # set once loaded, or failed
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self, *, wait: bool = False) -> None:
+        thread = threading.Thread(target=self._start, name="relaxtui-load", daemon=True)
+        thread.start()
+        if wait:
+            thread.join()
+
+    def _start(self) -> None:
+        try:
+            pair = self._load()
+            try:
+                self.profile = self._resolve_profile(pair)
+            except BaseException:
+                pair.close()
+                raise
+            self.pair = pair
+            self.executor = BatchedExecutor(pair.verifier, pair.drafter, max_waiting=self.max_queue)
+            self.executor.start(self._on_event, self._on_error)
+            self.state = "ready"
+        except UserError as exc:
+            self.state, self.error = "failed", str(exc)
+        except Exception as exc:  # noqa: BLE001 - said in one line; the server answers 503 with it
+            self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            self.ready.set()
+
+    def _resolve_profile(self, pair: ServedPair) -> CostProfile:
+        """The profile that prices responses: a shipped name or file, or ``this-machine`` measured now."""
+        if self.profile_spec != THIS_MACHINE:
+            return load_profile(self.profile_spec)
+        loaded = getattr(pair, "loaded", None)
+        if loaded is None:
+            raise UserError("--profile this-machine needs real models (the fake pair has no costs to measure)")
+        from relaxtui.evals.pair import measure_profile
+        from relaxtui.evals.runner import EvalPlan
+
+        self.log("measuring this machine's cost profile (a few seconds)…")
+        prompt = pair.text_tokens("Write a function that checks whether a number is prime, then explain it.")
+        plan = EvalPlan(draft_max=(max(1, self.settings.draft_max),), max_tokens=512)
+        return from_dict(json.loads(measure_profile(loaded, plan, prompt)), THIS_MACHINE)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Drain: waiting and live sequences finish (up to ``timeout`` s, then stop at their next round); the
+        requests that never got a slot are told so; then the models are freed."""
+        self.state = "closed" if self.state == "ready" else self.state
+        executor, pair = self.executor, self.pair
+        if executor is not None:
+            executor.close(drain=True, timeout=timeout)
+            for job in executor.queue.clear():
+                ticket, choice = job.tag
+                ticket.deliver(choice, Failure("the server is shutting down"))
+        if pair is not None:
+            pair.close()
+            self.pair = None
+
+    # -- requests -----------------------------------------------------------------------------------------------
+    def jobs(self, request: CompletionRequest, prompts: Sequence[Sequence[int]], ticket: Ticket,
+             param: str) -> list[Job]:
+        """One job per (prompt, choice); choice i of prompt j is index j·n + i, seeds seed + i."""
+        pair = self.pair
+        assert pair is not None
+        spec = request.speculative
+        try:
+            rule = make(spec.rule, spec.knob, temperature=request.sampling.temperature or 1.0) if spec.drafts else None
+        except UserError as exc:
+            raise bad("speculative.alpha", str(exc).replace("--alpha", "alpha")) from None
+        draft_max = spec.draft_max if spec.drafts else 0
+        jobs = []
+        for j, prompt in enumerate(prompts):
+            room = pair.n_ctx - len(prompt)
+            if not prompt:
+                raise bad(param, "the prompt is empty")
+            if room < 1:
+                raise bad(param, f"the prompt has {len(prompt)} tokens but a slot holds {pair.n_ctx} (--ctx-size)")
+            max_tokens = min(request.max_tokens or room, room)
+            for i in range(request.n):
+                choice = j * request.n + i
+                config = GenerationConfig(draft_max=draft_max, max_tokens=max_tokens, sampling=request.sampling,
+                                          seed=request.seed + i, top_alternatives=request.logprobs or 0,
+                                          bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
+                                          adaptive=self.settings.adaptive,
+                                          stop=request.stop)  # the loop ends the sequence in the round that stops
+                drafter = pair.ngram if spec.draft_kind == "ngram" and spec.drafts else None
+                jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
+                                should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter))
+        return jobs
+
+    def submit(self, jobs: Sequence[Job]) -> None:
+        """Queue a request's jobs, all or none: 503 (with Retry-After) while loading, when full, or shutting down."""
+        if self.state != "ready" or self.executor is None:
+            raise self.unavailable()
+        try:
+            self.executor.submit(jobs)
+        except QueueFull:
+            self.metrics.observe_request("completions", "queue_full")
+            raise ApiError(503, f"the server is busy: {self.executor.waiting} sequences are waiting for a slot "
+                                f"(--max-queue {self.max_queue}); retry later", kind="server_busy",
+                           code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        except Closed:
+            raise ApiError(503, "the server is shutting down", kind="unavailable_error",
+                           headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+
+    def unavailable(self) -> ApiError:
+        if self.state == "failed":
+            return ApiError(503, f"the models failed to load: {self.error}", kind="unavailable_error")
+        if self.state == "loading":
+            return ApiError(503, "Loading model", kind="unavailable_error", headers={"Retry-After": str(RETRY_AFTER_S)})
+        return ApiError(503, "the server is shutting down", kind="unavailable_error")
+
+    # -- the model thread's side --------------------------------------------------------------------------------
+    def _on_event(self, job: Job, event: Event) -> None:
+        ticket, choice = job.tag
+        if isinstance(event, TokenEvent):
+            self.metrics.observe_tokens(1)
+        elif isinstance(event, Finished):
+            self.metrics.observe_finished(event.metrics)
+        ticket.deliver(choice, event)
+
+    def _on_error(self, exc: BaseException, jobs: list[Job]) -> None:
+        line = " ".join(str(exc).split()) or type(exc).__name__
+        self.log(f"relaxtui serve: the batch failed ({type(exc).__name__}: {line[:300]}); {len(jobs)} sequence(s) "
+                 "lost, the server goes on")
+        for job in jobs:
+            ticket, choice = job.tag
+            ticket.deliver(choice, Failure(f"generation failed: {line[:300]}"))
+
+    @property
+    def processing(self) -> int:
+        return self.executor.live if self.executor is not None else 0
+
+    @property
+    def deferred(self) -> int:
+        return self.executor.waiting if self.executor is not None else 0

@@ -1,0 +1,439 @@
+"""`relaxtui serve`: the OpenAI API over the batched loop, checked with the official `openai` client.
+
+Servers run on free loopback ports: in this process on the fake pair (uvicorn in a thread, so a test can hold the
+verifier at a gate or slow it down without racing the machine), or as `relaxtui serve` subprocesses (the CLI
+contract, and SmolLM2). Nothing here depends on the machine's speed: waits are for events, with generous limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import socket
+import threading
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+import uvicorn
+
+from relaxtui.commands.serve import bind
+from relaxtui.decoding.events import Finished
+from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.sampling import SamplingParams, softmax
+from relaxtui.rules import make
+from relaxtui.serve.app import ServeSettings, build_app
+from relaxtui.serve.pair import FakeServedPair
+from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, Speculative, parse_request
+from relaxtui.serve.scheduler import Scheduler, Ticket
+from tests.conftest import random_table
+
+GREEDY = SamplingParams(temperature=0.0, top_k=0, top_p=1.0)
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0)
+WAIT_S = 60.0  # upper bound on any wait; the fake answers in milliseconds
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def running(pair: FakeServedPair | None = None, *, parallel: int = 2, keys: tuple[str, ...] = (),
+            max_queue: int = 64, timeout_s: float = 600.0, load=None, sampling: SamplingParams = GREEDY):
+    """A server on a free loopback port in this process; yields (base URL, scheduler)."""
+    pair = pair or FakeServedPair(parallel)
+    scheduler = Scheduler(load or (lambda: pair), max_queue=max_queue)
+    defaults = Defaults(Speculative("strict", None, 3, "model"), sampling, 0, None, None, DRAFT_KINDS)
+    app = build_app(scheduler, ServeSettings(defaults, keys, timeout_s=timeout_s, drain_s=5.0))
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", log_config=None))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if load is None:
+        scheduler.ready.wait(WAIT_S)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", scheduler
+    finally:
+        server.should_exit = True
+        thread.join(WAIT_S)
+        sock.close()
+
+
+def client(url: str, key: str = "none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=WAIT_S)
+
+
+def raw(url: str, method: str, path: str, body: bytes | str | dict | None = None,
+        headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=WAIT_S)
+    data = json.dumps(body).encode() if isinstance(body, dict) else body.encode() if isinstance(body, str) else body
+    connection.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    response = connection.getresponse()
+    payload = response.read()
+    connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
+
+
+def alone(tokens, config: GenerationConfig, rule=None, *, speculative: bool = True, tables=None) -> Finished:
+    """What the one-sequence loop gives for these tokens on a fresh fake pair (the reference)."""
+    pair = FakeServedPair(1, tables=tables)
+    *_, finished = generate(pair.verifier, tokens, config, drafter=pair.drafter if speculative else None, rule=rule)
+    return finished
+
+
+def chat_tokens(text: str) -> list[int]:
+    return FakeServedPair(1).chat_tokens([_message(text)], None)
+
+
+def _message(text: str):
+    from relaxtui.engine.text import Message
+
+    return Message("user", text)
+
+
+# -- the four call shapes, on the fake pair -------------------------------------------------------------------
+def test_chat_and_completions_sync_streaming_and_not_match_the_loop():
+    expected = alone(chat_tokens("hi"), GenerationConfig(draft_max=3, max_tokens=12, sampling=GREEDY)).text
+    with running() as (url, _):
+        api = client(url)
+        reply = api.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=12)
+        assert reply.choices[0].message.content == expected and reply.choices[0].finish_reason == "length"
+        assert reply.usage.completion_tokens == 12 and reply.usage.prompt_tokens == len(chat_tokens("hi"))
+        chunks = list(api.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}],
+                                                  max_tokens=12, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
+        assert chunks[-1].choices[0].finish_reason == "length"
+        prompt = FakeServedPair(1).text_tokens("the cat")
+        text = alone(prompt, GenerationConfig(draft_max=3, max_tokens=9, sampling=GREEDY)).text
+        assert api.completions.create(model="x", prompt="the cat", max_tokens=9).choices[0].text == text
+        assert api.completions.create(model="x", prompt=prompt, max_tokens=9).choices[0].text == text  # token ids
+        streamed = api.completions.create(model="x", prompt="the cat", max_tokens=9, stream=True,
+                                          stream_options={"include_usage": True})
+        parts = list(streamed)
+        assert "".join(c.choices[0].text for c in parts if c.choices) == text
+        assert parts[-1].usage.completion_tokens == 9 and parts[-1].choices == []
+
+
+def test_async_client_streams_and_not():
+    expected = alone(chat_tokens("yo"), GenerationConfig(draft_max=3, max_tokens=10, sampling=GREEDY)).text
+
+    async def talk(url: str) -> tuple[str, str]:
+        api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=WAIT_S)
+        whole = await api.chat.completions.create(model="x", messages=[{"role": "user", "content": "yo"}],
+                                                  max_tokens=10)
+        parts = []
+        async for chunk in await api.chat.completions.create(model="x", messages=[{"role": "user", "content": "yo"}],
+                                                             max_tokens=10, stream=True):
+            parts.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+        await api.close()
+        return whole.choices[0].message.content, "".join(parts)
+
+    with running() as (url, _):
+        assert asyncio.run(talk(url)) == (expected, expected)
+
+
+def test_verdicts_timings_and_stats_in_streams_and_responses():
+    with running() as (url, _):
+        api = client(url)
+        body = dict(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=16,
+                    extra_body={"verdicts": True, "speculative": {"rule": "cactus:1", "draft_max": 2}})
+        chunks = list(api.chat.completions.create(**body, stream=True, temperature=1.0, seed=3))
+        tokens = [t for c in chunks for t in (c.model_extra.get("relaxtui") or {}).get("tokens", [])]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert "".join(t["text"] for t in tokens) == content and len(tokens) == 16
+        assert {t["verdict"] for t in tokens} <= {"accepted", "rejected", "bonus", "verifier"}
+        assert "accepted" in {t["verdict"] for t in tokens}
+        last = chunks[-1].model_extra
+        assert last["timings"]["draft_n"] > 0 and last["timings"]["predicted_n"] == 16
+        stats = last["relaxtui"]["stats"]
+        assert stats["rule"] == "cactus" and stats["alpha"] == 1.0 and stats["draft_max"] == 2
+        assert 0 <= stats["acceptance_rate"] <= 1 and stats["mean_accepted_length"] >= 1 and stats["proxy_speedup"] > 0
+        whole = api.chat.completions.create(**body, temperature=1.0, seed=3)
+        extension = whole.choices[0].model_extra["relaxtui"]
+        assert [t["verdict"] for t in extension["tokens"]] == [t["verdict"] for t in tokens]  # same seed, same run
+        assert whole.model_extra["timings"]["draft_n_accepted"] == last["timings"]["draft_n_accepted"]
+        strict = api.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=40,
+                                             temperature=1.0, seed=1, extra_body={"verdicts": True})
+        assert "rejected" in {t["verdict"] for t in strict.choices[0].model_extra["relaxtui"]["tokens"]}
+
+
+def test_stop_strings_n_logprobs_tokenize():
+    with running() as (url, _):
+        api = client(url)
+        free = api.completions.create(model="x", prompt=[0], max_tokens=30).choices[0].text
+        stop = free[len(free) // 2:len(free) // 2 + 4]
+        cut = api.completions.create(model="x", prompt=[0], max_tokens=30, stop=[stop])
+        assert cut.choices[0].text == free[:free.index(stop)] and cut.choices[0].finish_reason == "stop"
+        streamed = api.completions.create(model="x", prompt=[0], max_tokens=30, stop=stop, stream=True)
+        assert "".join(c.choices[0].text for c in streamed) == free[:free.index(stop)]
+        many = api.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=8, n=3,
+                                           temperature=1.0, seed=5, logprobs=True, top_logprobs=2)
+        assert [c.index for c in many.choices] == [0, 1, 2] and many.usage.completion_tokens == 24
+        assert len({c.message.content for c in many.choices}) > 1  # seeds 5, 6, 7
+        entry = many.choices[0].logprobs.content[0]
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 2
+        status, _, payload = raw(url, "POST", "/tokenize", {"content": " the cat"})
+        assert status == 200
+        ids = json.loads(payload)["tokens"]
+        status, _, payload = raw(url, "POST", "/detokenize", {"tokens": [1, 2]})
+        assert status == 200 and json.loads(payload)["content"] == " cat sat" and ids
+
+
+# -- batching -----------------------------------------------------------------------------------------------------
+def test_per_request_rules_in_one_batch_give_what_each_gets_alone():
+    """Strict and cactus requests interleaved in batches of 4, through the scheduler. Each request's tokens equal
+    its lone run's (same seed, same rule: the fake has no batched numerics), and the strict ones' first two tokens
+    follow the verifier's law: every cell within 5 standard errors plus 0.002 (as tests/test_loop_fake.py)."""
+    target = random_table(1)
+    tables = (target, target + random_table(2, scale=1.0))
+    runs = 1500
+    scheduler = Scheduler(lambda: FakeServedPair(4, tables=tables), max_queue=4 * runs)
+    scheduler.start(wait=True)
+    defaults = Defaults(Speculative("strict", None, 2, "model"), PLAIN, 0, None, None, DRAFT_KINDS)
+
+    async def submit_all() -> dict[tuple[str, int], tuple[int, ...]]:
+        loop, tickets = asyncio.get_running_loop(), []
+        for seed in range(runs):
+            for rule in ("strict", "cactus:1"):
+                request = parse_request({"prompt": [0], "max_tokens": 2, "seed": seed, "speculative": {"rule": rule}},
+                                        chat=False, defaults=defaults, n_vocab=6)
+                ticket = Ticket(loop, 1, time.monotonic() + WAIT_S)
+                scheduler.submit(scheduler.jobs(request, [[0]], ticket, "prompt"))
+                tickets.append(((rule, seed), ticket))
+        out = {}
+        for key, ticket in tickets:
+            while True:
+                _, event = await asyncio.wait_for(ticket.events.get(), WAIT_S)
+                if isinstance(event, Finished):
+                    out[key] = event.token_ids
+                    break
+        return out
+
+    try:
+        results = asyncio.run(submit_all())
+    finally:
+        scheduler.close()
+    for seed in range(0, runs, 50):  # a sample of lone runs: identical tokens
+        for spec, rule in (("strict", None), ("cactus:1", make("cactus", 1.0))):
+            config = GenerationConfig(draft_max=2, max_tokens=2, sampling=PLAIN, seed=seed)
+            assert results[(spec, seed)] == alone([0], config, rule, tables=tables).token_ids
+    first = softmax(target[0])
+    expected = np.array([[first[a] * softmax(target[a])[b] for b in range(6)] for a in range(6)])
+    counts = Counter(results[("strict", seed)] for seed in range(runs))
+    observed = np.zeros_like(expected)
+    for (a, b), c in counts.items():
+        observed[a, b] = c / runs
+    assert np.all(np.abs(observed - expected) <= 5 * np.sqrt(expected * (1 - expected) / runs) + 0.002)
+
+
+def test_eight_concurrent_streams_all_complete():
+    async def one(api: openai.AsyncOpenAI, i: int) -> tuple[str, str]:
+        text, reason = [], None
+        async for chunk in await api.chat.completions.create(
+                model="x", messages=[{"role": "user", "content": f"hello {i}"}], max_tokens=20, stream=True,
+                temperature=1.0, seed=i):
+            if chunk.choices:
+                text.append(chunk.choices[0].delta.content or "")
+                reason = chunk.choices[0].finish_reason or reason
+        return "".join(text), reason
+
+    async def eight(url: str) -> list[tuple[str, str]]:
+        api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=WAIT_S)
+        try:
+            return await asyncio.gather(*(one(api, i) for i in range(8)))
+        finally:
+            await api.close()
+
+    with running(parallel=4) as (url, scheduler):
+        results = asyncio.run(eight(url))
+        assert [reason for _, reason in results] == ["length"] * 8 and all(text for text, _ in results)
+        assert scheduler.metrics.sequences == 8
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot():
+    """One slot, a slow verifier (20 ms per row: the reply would take minutes). The first client reads one chunk
+    and hangs up; the second request then gets the slot and completes."""
+    with running(FakeServedPair(1, delay_s=0.02), parallel=1) as (url, scheduler):
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"model": "x", "prompt": [0], "max_tokens": 4000, "stream": True}).encode()
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            received = b""
+            while b"data: " not in received:  # headers first, then the first chunk
+                part = sock.recv(65536)
+                assert part, received
+                received += part
+        started = time.monotonic()
+        reply = client(url).completions.create(model="x", prompt=[1], max_tokens=3)
+        assert reply.choices[0].finish_reason == "length" and time.monotonic() - started < WAIT_S
+        assert scheduler.metrics.sequences == 2  # the first one left the batch (stopped), the second finished
+        assert scheduler.processing == 0
+
+
+def test_health_is_503_while_loading_then_ok():
+    loaded = threading.Event()
+
+    def slow_load() -> FakeServedPair:
+        loaded.wait(WAIT_S)
+        return FakeServedPair(1)
+
+    with running(load=slow_load) as (url, scheduler):
+        status, headers, payload = raw(url, "GET", "/health")
+        assert status == 503 and json.loads(payload)["error"]["message"] == "Loading model"
+        status, headers, _ = raw(url, "POST", "/v1/completions", {"prompt": "x"})
+        assert status == 503 and headers["retry-after"] == "1"
+        loaded.set()
+        scheduler.ready.wait(WAIT_S)
+        assert raw(url, "GET", "/health")[0] == 200
+
+
+def test_auth_bearer_and_x_api_key_health_open():
+    with running(keys=("sesame",)) as (url, _):
+        assert raw(url, "GET", "/health")[0] == 200
+        status, _, payload = raw(url, "GET", "/v1/models")
+        assert status == 401 and json.loads(payload)["error"]["type"] == "authentication_error"
+        assert raw(url, "GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert raw(url, "GET", "/v1/models", headers={"X-Api-Key": "sesame"})[0] == 200
+        with pytest.raises(openai.AuthenticationError):
+            client(url, "wrong").models.list()
+        assert client(url, "sesame").models.list().data[0].id == "fake-verifier"
+
+
+def test_queue_limit_is_503_with_retry_after():
+    gate = threading.Event()
+    with running(FakeServedPair(1, gate=gate), parallel=1, max_queue=1) as (url, scheduler):
+        api = client(url)
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(
+            api.completions.create(model="x", prompt=[0, 1], max_tokens=2))) for _ in range(2)]
+        threads[0].start()
+        deadline = time.monotonic() + WAIT_S
+        while scheduler.processing < 1 and time.monotonic() < deadline:  # the first holds the slot (at the gate)
+            time.sleep(0.01)
+        threads[1].start()
+        while scheduler.deferred < 1 and time.monotonic() < deadline:  # the second waits in the queue
+            time.sleep(0.01)
+        status, headers, payload = raw(url, "POST", "/v1/completions", {"prompt": [0], "max_tokens": 2})
+        assert status == 503 and headers["retry-after"] == "1"
+        assert json.loads(payload)["error"]["code"] == "queue_full"
+        gate.set()
+        for thread in threads:
+            thread.join(WAIT_S)
+        assert len(results) == 2
+
+
+BAD = [  # (path, body, param named in the error)
+    ("/v1/chat/completions", "{not json", None),
+    ("/v1/chat/completions", "[1, 2]", None),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}', None),
+    ("/v1/chat/completions", {}, "messages"),
+    ("/v1/chat/completions", {"messages": "hi"}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "seed": -1}, "seed"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stop": 5}, "stop"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, "logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5},
+     "frequency_penalty"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "speculative": {"rule": "nope"}},
+     "speculative.rule"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "speculative": {"rule": "cactus", "alpha": -1}}, "speculative.alpha"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "speculative": {"rule": "cactus:x"}},
+     "speculative.rule"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "speculative": {"n": 3}},
+     "speculative.n"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "speculative": {"draft_max": 99}},
+     "speculative.draft_max"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "speculative": {"draft_kind": "x"}},
+     "speculative.draft_kind"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": 0,
+                              "speculative": {"rule": "rfuzzy:0.1"}}, "speculative.rule"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": 1,
+                              "speculative": {"rule": "scd:0.5", "draft_kind": "ngram"}}, "speculative.draft_kind"),
+    ("/v1/completions", {"prompt": [0, 99]}, "prompt"),
+    ("/v1/completions", {"prompt": 7}, "prompt"),
+    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+    ("/v1/completions", {"prompt": [1] * 5000}, "prompt"),  # longer than a slot's context
+]
+
+
+@pytest.mark.parametrize("path,body,param", BAD)
+def test_bad_input_is_a_400_naming_the_field(path, body, param):
+    with running() as (url, _):
+        status, _, payload = raw(url, "POST", path, body)
+        error = json.loads(payload)["error"]
+        assert status == 400 and error["type"] == "invalid_request_error" and error["message"]
+        assert error["param"] == param, error
+
+
+def test_too_big_wrong_route_wrong_method_are_error_objects():
+    with running() as (url, _):
+        status, _, payload = raw(url, "POST", "/v1/completions", "x" * (5 << 20))
+        assert status == 413 and "error" in json.loads(payload)
+        for method, path, code in (("GET", "/v2/nothing", 404), ("GET", "/v1/completions", 405)):
+            status, _, payload = raw(url, method, path)
+            assert status == code and "error" in json.loads(payload)
+
+
+def test_metrics_counters_equal_the_sum_of_the_responses():
+    with running(parallel=2) as (url, _):
+        api = client(url)
+        sums = Counter()
+        per_pos: list[int] = []
+
+        def count(timings: dict, stats: dict) -> None:
+            sums["draft_tokens"] += timings["draft_n"]
+            sums["accepted"] += timings["draft_n_accepted"]
+            sums["drafts"] += stats["num_drafts"]
+            for i, n in enumerate(stats["num_accepted_tokens_per_pos"]):
+                per_pos.extend([0] * (i + 1 - len(per_pos)))
+                per_pos[i] += n
+
+        for i, rule in enumerate(["strict", "cactus:1", "mentored:0.7", "strict"]):
+            extra = {"speculative": {"rule": rule, "draft_max": 1 + i}}
+            whole = api.chat.completions.create(model="x", messages=[{"role": "user", "content": str(i)}],
+                                                max_tokens=10, temperature=1.0, seed=i, extra_body=extra)
+            count(whole.model_extra["timings"], whole.model_extra["relaxtui"]["stats"])
+            last = list(api.completions.create(model="x", prompt=[i], max_tokens=7, stream=True, temperature=1.0,
+                                               seed=i, extra_body=extra, stream_options={"include_usage": True}))[-1]
+            count(last.model_extra["timings"], last.model_extra["relaxtui"]["stats"])
+        status, _, payload = raw(url, "GET", "/metrics")
+        samples = dict(line.rsplit(" ", 1) for line in payload.decode().splitlines() if not line.startswith("#"))
+        assert int(samples["relaxtui:spec_decode_num_draft_tokens_total"]) == sums["draft_tokens"] > 0
+        assert int(samples["relaxtui:spec_decode_num_accepted_tokens_total"]) == sums["accepted"]
+        assert int(samples["relaxtui:spec_decode_num_drafts_total"]) == sums["drafts"]
+        assert [int(samples[f'relaxtui:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}'])
+                for i in range(len(per_pos))] == per_pos
+        assert samples["relaxtui:requests_processing"] == "0" and samples["relaxtui:requests_deferred"] == "0"
+
+
+def test_a_batch_that_fails_is_a_500_error_object_and_the_server_goes_on():
+    """Broken logits (NaN after token 5) make the loop raise: that request gets a 500 error object, no traceback,
+    and the next request is served by the restarted loop."""
+    target = random_table(1)
+    target[5] = np.nan
+    with running(FakeServedPair(1, tables=(target, random_table(2))), parallel=1) as (url, _):
+        status, _, payload = raw(url, "POST", "/v1/completions", {"prompt": [5], "max_tokens": 3})
+        error = json.loads(payload)["error"]
+        assert status == 500 and error["type"] == "server_error" and "Traceback" not in error["message"]
+        assert raw(url, "POST", "/v1/completions", {"prompt": [0], "max_tokens": 1})[0] == 200
+
+
+def test_deadline_ends_a_long_reply_with_length():
+    with running(FakeServedPair(1, delay_s=0.01), parallel=1, timeout_s=0.5) as (url, _):
+        reply = client(url).completions.create(model="x", prompt=[0], max_tokens=4000)
+        assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens < 4000

@@ -1,0 +1,131 @@
+"""`relaxtui serve` as a process: the CLI contract (the listening line, keys, SIGTERM drain) on the fake pair, and
+SmolLM2 served next to `relaxtui generate`: the same greedy text at one slot, agreement measured at four."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from tests.test_serve import ROOT, WAIT_S, client
+
+
+# -- the command --------------------------------------------------------------------------------------------------
+@contextmanager
+def serve_process(*args: str):
+    """`relaxtui serve ... --port 0` as a subprocess; yields (base URL, process) once it prints its line."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "relaxtui.cli", "serve", "--port", "0", *args], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()  # blocks until the line, or EOF if it died
+        assert line.startswith("listening on http://127.0.0.1:"), (line, process.stderr.read())
+        yield line.split()[-1], process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_cli_contract_listening_line_key_and_sigterm_drain():
+    with serve_process("--fake", "--api-key", "k", "--parallel", "2") as (url, process):
+        reply = client(url, "k").chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}],
+                                                          max_tokens=5)
+        assert reply.usage.completion_tokens == 5
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
+
+
+def test_cli_bad_options_are_one_line():
+    result = subprocess.run([sys.executable, "-m", "relaxtui.cli", "serve", "--fake", "--rule", "nope"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S)
+    assert result.returncode == 2 and "unknown rule 'nope'" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- SmolLM2 --------------------------------------------------------------------------------------------------------
+PROMPTS = ("Write a haiku about the sea.", "What is 12 times 7?", "Name three primary colours.",
+           "Explain recursion in one sentence.")
+
+
+def generated(model: Path, prompt: str, tokens: int) -> str:
+    result = subprocess.run([sys.executable, "-m", "relaxtui.cli", "generate", prompt, "-m", str(model), "--drafter",
+                             str(model), "--temperature", "0", "--max-tokens", str(tokens), "--quiet", "-c", "512",
+                             "--color", "never"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.removesuffix("\n")
+
+
+@pytest.mark.model
+def test_smollm2_greedy_matches_generate_at_one_slot(test_model_path):
+    expected = generated(test_model_path, PROMPTS[0], 24)
+    with serve_process("-m", str(test_model_path), "--drafter", str(test_model_path), "-c", "512",
+                       "--temperature", "0") as (url, _):
+        api = client(url)
+        reply = api.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPTS[0]}],
+                                            max_tokens=24)
+        assert reply.choices[0].message.content == expected
+        streamed = api.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPTS[0]}],
+                                               max_tokens=24, stream=True, extra_body={"verdicts": True})
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == expected
+        completion = api.completions.create(model="x", prompt="The capital of France is", max_tokens=8)
+        assert completion.choices[0].text and completion.model_extra["timings"]["draft_n"] > 0
+
+
+@pytest.mark.model
+def test_smollm2_four_slots_agree_with_generate(test_model_path):
+    """Four requests at once in four slots: batched rows may differ from one-row decodes in the last bits (SPEC §6),
+    so agreement with `relaxtui generate` is measured (common prefix, per token) and held to the batched loop's
+    bound (tests/test_batched_real.py)."""
+    from tests.test_batched_real import MIN_AGREEMENT
+
+    expected = [generated(test_model_path, p, 24) for p in PROMPTS]
+    with serve_process("-m", str(test_model_path), "--drafter", str(test_model_path), "-c", "512", "--parallel", "4",
+                       "--temperature", "0") as (url, _):
+        async def ask(api: openai.AsyncOpenAI, prompt: str) -> str:
+            reply = await api.chat.completions.create(model="x", messages=[{"role": "user", "content": prompt}],
+                                                      max_tokens=24)
+            return reply.choices[0].message.content
+
+        async def four() -> list[str]:
+            api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=300)
+            try:
+                return await asyncio.gather(*(ask(api, p) for p in PROMPTS))
+            finally:
+                await api.close()
+
+        replies = asyncio.run(four())
+    rates = [_agreement(a, b) for a, b in zip(replies, expected, strict=True)]
+    print(f"serve --parallel 4 vs generate, greedy: agreement {np.mean(rates):.3f} per character")
+    assert np.mean(rates) >= MIN_AGREEMENT, (rates, replies, expected)
+
+
+def _agreement(a: str, b: str) -> float:
+    same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return same / max(len(a), len(b), 1)
+
+
+def test_api_key_file_skips_comments_and_refuses_an_empty_one(tmp_path):
+    from argparse import Namespace
+
+    from relaxtui.commands.serve import api_keys
+    from relaxtui.errors import UserError
+
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nalpha\n\n  beta  \n")
+    assert api_keys(Namespace(api_key=["gamma"], api_key_file=keys)) == ("gamma", "alpha", "beta")
+    keys.write_text("# nothing\n")
+    with pytest.raises(UserError, match="holds no key"):
+        api_keys(Namespace(api_key=[], api_key_file=keys))
