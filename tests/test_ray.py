@@ -194,8 +194,8 @@ def test_two_actors_give_the_records_of_the_local_runner(capsys, tmp_path, test_
 @pytest.mark.parametrize("parallel", ["1", "2"])
 def test_a_killed_actor_loses_and_duplicates_nothing(capsys, monkeypatch, tmp_path, test_model_path, ray_head,
                                                      fresh_driver, parallel):
-    """Killed after the first record: with one sequence per actor both actors have a unit in flight then; with 2,
-    each actor took 4 units (2 waves of 2), so the killed one has at least 2 that sent no record."""
+    """Killed after the first record: with 2 sequences per actor each actor took 4 units (2 waves of 2), so the
+    killed one has at least 2 that sent no record; with one, the killed actor may hold a unit or be between two."""
     import ray
 
     out = priced_already(tmp_path / "ray")
@@ -204,7 +204,7 @@ def test_a_killed_actor_loses_and_duplicates_nothing(capsys, monkeypatch, tmp_pa
 
     def kill_one_actor_after_the_first_record(self, done):
         update(self, done)
-        if not killed:  # both actors have a unit in flight now: kill one of them
+        if not killed:
             name = sorted(ray.util.list_named_actors())[0]
             ray.kill(ray.get_actor(name))
             killed.append(name)
@@ -214,6 +214,10 @@ def test_a_killed_actor_loses_and_duplicates_nothing(capsys, monkeypatch, tmp_pa
     assert main(eval_argv(test_model_path, out, "--limit", limit, "--parallel", parallel, "--ray", ray_head,
                           "--ray-actors", "2")) == 0
     err = capsys.readouterr().err
-    assert killed and f"ray: actor {killed[0]} on" in err and "back on the queue, 1 actor(s) left" in err, err
+    assert killed and f"ray: actor {killed[0]} on" in err, err
+    if parallel == "2":  # the killed actor surely held units that sent no record: they go back on the queue
+        assert "back on the queue, 1 actor(s) left" in err, err
+    else:  # one sequence each: the actor that sent the first record may be between units when it is killed
+        assert "back on the queue, 1 actor(s) left" in err or "it had nothing left to redo, 1 actor(s) left" in err, err
     keys = [(r["config_id"], r["problem_id"], r["seed"]) for r in records(out)]
     assert len(keys) == len(set(keys)) == 2 * int(limit)  # 2 configs x the problems: all there, none twice
