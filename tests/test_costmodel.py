@@ -173,6 +173,14 @@ def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path
     best = [run["n"] for run in result["runs"] if run["best"]]
     assert best == [result["best_n"]] if best else (result["best_n"] is None and result["best_note"])
     assert isinstance(profile.timing_spread, float) and isinstance(profile.timing_stable, bool)
+    # issue 21's host costs: a verifier-alone round copies exactly one logits row (SmolLM2: 49,152 floats); a
+    # speculative round copies its verify rows and its draft rows, so more
+    row = 49152 * 4
+    baseline = result["baseline"]
+    assert baseline["n"] == 0 and baseline["copied_bytes_per_round"] == row == result["baseline_copied_bytes_per_round"]
+    assert baseline["host_ms_per_round"] > 0
+    for run in result["runs"]:
+        assert run["host_ms_per_round"] > 0 and row < run["copied_bytes_per_round"] <= (2 * run["n"] + 2) * row
 
 
 @pytest.mark.model

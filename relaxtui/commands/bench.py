@@ -244,10 +244,11 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         f"per token {1e3 * costs['emit_s']:.2f}",  # type: ignore[operator]
         _calibration_line(costs),
         f"verifier alone  {result.baseline_tokens_per_s:.2f} tokens/s wall-clock (interleaved in this run; python "
-        f"share {result.baseline_python_share:.1%}){baseline}",
+        f"share {result.baseline_python_share:.1%}; host {result.baseline_host_ms_per_round:.2f} ms and "
+        f"{result.baseline_copied_bytes_per_round / 1024:.0f} KiB copied per token){baseline}",
         "",
         f"{'N':>3} {'tok/s':>7} {'wall-clock':>10} {'predicted':>9} {'error':>6} {'accept':>7} {'mean len':>8} "
-        f"{'break-even':>10} {'python':>7}" + "".join(f" {p:>{width}}" for p in priced),
+        f"{'break-even':>10} {'python':>7} {'host ms':>7} {'KiB/rnd':>7}" + "".join(f" {p:>{width}}" for p in priced),
     ]
     for run_ in result.runs:
         mark = "  <- best" if run_.best else ("  unstable" if not run_.stable else "")
@@ -256,7 +257,8 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         even = f"{run_.break_even_length:10.3f}" if below else f"{'–':>10}"
         lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:9.3f}x {run_.predicted_speedup:8.3f}x "
                      f"{run_.prediction_error:+6.3f} {run_.acceptance_rate:7.3f} {run_.mean_accepted_length:8.3f} "
-                     f"{even} {run_.python_share:6.1%}{proxies}{mark}")
+                     f"{even} {run_.python_share:6.1%} {run_.host_ms_per_round:7.2f} "
+                     f"{run_.copied_bytes_per_round / 1024:7.0f}{proxies}{mark}")
     settings = ", ".join(f"{k}={v}" for k, v in result.settings.items())
     lines += ["", f"peak RSS  {result.peak_rss_mb:.0f} MiB   ({settings})",
               "wall-clock = tokens/s over the verifier alone's, both timed in this run on this machine (interleaved, "
@@ -265,6 +267,8 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
               "priced the same way (error = predicted - wall-clock)"]
     if priced:
         lines.append("priced (P) = the same rounds priced under cost profile P, against the verifier alone under P")
+    lines.append("host ms = the loop's own time per round outside llama.cpp (Python, numpy, ctypes); KiB/rnd = logits "
+                 "and hidden rows both models copied out of llama.cpp per round")
     lines.append("break-even = the mean accepted length N needs to match the verifier alone here (shown only where "
                  "the run is below it); the best N is the highest wall-clock speed-up among the stable Ns")
     for run_ in result.runs:

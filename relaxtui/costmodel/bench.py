@@ -50,6 +50,8 @@ class BenchRun:
     break_even_length: float  # the mean accepted length this N needs to match the verifier alone here
     python_share: float
     output_tokens: int
+    host_ms_per_round: float = 0.0  # the loop's own time outside llama.cpp per round (both models' calls excluded)
+    copied_bytes_per_round: float = 0.0  # logits/hidden bytes both models copied out of llama.cpp per round
     proxy_speedup: dict[str, float] = field(default_factory=dict)  # profile name -> proxy speed-up
     best: bool = False
     # the runs' self-check (`costmodel.timing`): each run's wall time over its own rounds priced by the
@@ -86,6 +88,8 @@ class BenchResult:
     baseline_stable: bool = True  # the verifier-alone runs passed the self-check (every ratio rests on them)
     baseline_unstable_reason: str | None = None
     best_note: str | None = None  # why no N, or not every N, could be marked best
+    baseline_host_ms_per_round: float = 0.0  # the verifier alone: a round is one token
+    baseline_copied_bytes_per_round: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         """asdict, plus issue 18's names: ``wall_clock_speedup`` and ``priced_speedup`` per run (the older
@@ -95,6 +99,10 @@ class BenchResult:
             run["wall_clock_speedup"], run["priced_speedup"] = run["speedup"], dict(run["proxy_speedup"])
         best = self.best
         data["best_n"] = best.n if best is not None else None
+        data["baseline"] = {"n": 0, "tokens_per_s": self.baseline_tokens_per_s,
+                            "python_share": self.baseline_python_share,
+                            "host_ms_per_round": self.baseline_host_ms_per_round,
+                            "copied_bytes_per_round": self.baseline_copied_bytes_per_round}
         return data
 
     @property
@@ -136,6 +144,15 @@ def predicted_seconds(costs: LoopCosts, runs: Sequence[Metrics]) -> float:
     re-syncs after fully accepted rounds, extra drafter steps, and each emitted token."""
     return sum(sum(costs.round_s(k) for k in m.draft_lengths) + m.full_accept_rounds * costs.resync_extra_s
                + m.extra_draft_steps * costs.draft_step_s + m.output_tokens * costs.emit_s for m in runs)
+
+
+def host_costs(metrics: list[Metrics]) -> tuple[float, float]:
+    """(ms outside llama.cpp per round, bytes copied out of llama.cpp per round), pooled over the runs."""
+    rounds = sum(m.rounds for m in metrics)
+    if not rounds:
+        return 0.0, 0.0
+    host = sum(max(0.0, m.decode_s - m.llama_s) for m in metrics)
+    return 1e3 * host / rounds, sum(m.copied_bytes for m in metrics) / rounds
 
 
 def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
@@ -195,8 +212,9 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
                    for p in profiles}
         wall, predicted = tps / base_tps if base_tps else 0.0, predicted_tps / base_predicted
         reason = check.reasons.get(n) or wall_vs_predicted_problem(wall, predicted)
+        host_ms, copied = host_costs(kept[n])
         runs.append(BenchRun(n, tps, wall, predicted, acceptance, mean_length, machine.break_even_length(n), share,
-                             tokens, proxies, stable=reason is None, unstable_reason=reason,
+                             tokens, host_ms, copied, proxies, stable=reason is None, unstable_reason=reason,
                              spread=check.spreads.get(n, 0.0), reruns=check.reruns.get(n, 0),
                              dropped=len(collected[n]) - len(kept[n])))
     base_reason = check.reasons.get(0)
@@ -205,7 +223,9 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
                        base_tps, base_share, runs, peak_rss_mb(), drafter.traits.kind,
                        {"prompts": len(prompts), "passes": passes, "max_tokens": max_tokens,
                         "temperature": sampling.temperature, "seed": seed},
-                       baseline_stable=base_reason is None, baseline_unstable_reason=base_reason, best_note=best_note)
+                       baseline_stable=base_reason is None, baseline_unstable_reason=base_reason, best_note=best_note,
+                       baseline_host_ms_per_round=host_costs(kept[0])[0],
+                       baseline_copied_bytes_per_round=host_costs(kept[0])[1])
 
 
 def mark_best(runs: Sequence[BenchRun], baseline_reason: str | None = None) -> tuple[list[BenchRun], str | None]:

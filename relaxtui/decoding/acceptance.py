@@ -2,17 +2,23 @@
 
 Pure: arrays and a generator in, a list of emitted tokens with their provenance out. The loop owns the
 models; this owns the maths, so it can be tested on hand-made distributions.
+
+Two paths give the same law and, from the same generator, the same tokens. The *dense* one hands each rule whole
+rows over the vocabulary. The *support* one — taken when top-k/top-p bound the support and the rule does not
+declare ``needs_logits`` — hands it p and q on the union of their supports (a few dozen ids): every rule but the
+logit-reading ones computes elementwise over p and q, and both are zero elsewhere, so nothing changes but the cost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from relaxtui.decoding.events import Verdict
-from relaxtui.decoding.sampling import SamplingParams, process, sample
+from relaxtui.decoding.sampling import Candidates, SamplingParams, bounds_support, candidates, process, sample
 from relaxtui.errors import NumericsError
 from relaxtui.rules.base import Rule, require_finite, residual
 
@@ -32,11 +38,20 @@ class Emitted:
     rejected_token: int | None = None
     p_row: np.ndarray | None = None  # the distributions behind the token, for top-alternative lookups
     q_row: np.ndarray | None = None
+    row_ids: np.ndarray | None = None  # the token ids p_row/q_row are over (support path); None: the vocabulary
+    logp_x: float | None = None  # log p(x) under the verifier's raw row at temperature 1 (the drift signal)
+
+
+def takes_support(rule: Rule, sampling: SamplingParams, vocab_size: int) -> bool:
+    """Whether a round can run on candidate rows: sampling bounds the support and the rule, by its own
+    declaration, reads only p and q (``needs_logits`` rules get whole rows)."""
+    return not sampling.greedy and not rule.needs_logits and bounds_support(sampling, vocab_size)
 
 
 def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits: np.ndarray | None,
                  target_logits: np.ndarray, rule: Rule, sampling: SamplingParams, rng: np.random.Generator,
-                 bonus_draft: DraftStep | None = None, bonus: str = "auto") -> list[Emitted]:
+                 bonus_draft: DraftStep | None = None, bonus: str = "auto", dense: bool = False,
+                 draft_supports: Sequence[np.ndarray] = ()) -> list[Emitted]:
     """Emit 1..N+1 tokens for one round.
 
     draft_probs: [N, vocab] processed q_i; draft_logits: [N, vocab] raw drafter logits (or None);
@@ -44,48 +59,92 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits:
     bonus_draft: returns (q, logits_q) at position N+1 (one extra drafter step), for a relaxed bonus.
     bonus: "auto" (the rule's own policy: relaxed for scd, p otherwise), "target" (always p) or "relaxed"
     (the rule's target at N+1 for every rule); a verifier-only step always samples p.
+    dense: whole rows even where the support path applies (``takes_support``).
+    draft_supports: per position, the ascending ids where q_i > 0, when the drafter knows them (else found).
     """
     num_draft = len(draft_tokens)
     assert target_logits.shape[0] == num_draft + 1, "verifier rows must be N+1"
     if sampling.greedy:
         return _accept_greedy(draft_tokens, draft_logits, target_logits)
+    on_support = not dense and takes_support(rule, sampling, target_logits.shape[-1])
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
-        p = process(target_logits[i], sampling)
-        q = draft_probs[i]
-        logits_q = draft_logits[i] if draft_logits is not None else None
+        q_full = draft_probs[i]
+        if on_support:
+            q_ids = draft_supports[i] if i < len(draft_supports) else np.flatnonzero(q_full)
+            ids, p, q, x_at = _on_support(candidates(target_logits[i], sampling), q_full, q_ids, x)
+            logits_p = logits_q = None  # a support-path rule reads no logits (it declared so)
+        else:
+            ids, p, q, x_at = None, process(target_logits[i], sampling), q_full, x
+            logits_p, logits_q = target_logits[i], draft_logits[i] if draft_logits is not None else None
         try:
-            decision = rule.decide(p, q, x, logits_p=target_logits[i], logits_q=logits_q)
+            decision = rule.decide(p, q, x_at, logits_p=logits_p, logits_q=logits_q)
         except NumericsError as exc:
             raise NumericsError(f"rule {rule!r} at draft position {i + 1}: {exc}") from None
-        require_finite(decision, p, q, x, rule=repr(rule), position=i + 1)
+        require_finite(decision, p, q, x_at, rule=repr(rule), position=i + 1)
         # uniform in [0, 1) as float64: u < 1 always accepts an accept_prob of 1, never one of 0.
         if rng.random() < decision.accept_prob:
-            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x]), float(q[x]), float(decision.pi_rej[x]),
-                                   decision.accept_prob, decision.statistic, p_row=p, q_row=q))
+            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x_at]), float(q[x_at]),
+                                   float(decision.pi_rej[x_at]), decision.accept_prob, decision.statistic,
+                                   p_row=p, q_row=q, row_ids=ids, logp_x=log_prob(target_logits[i], x)))
             continue
-        y = sample(residual(decision.pi_res, q) if rule.subtract_draft else decision.pi_res, rng)
-        emitted.append(Emitted(y, Verdict.RESAMPLED, i + 1, float(p[y]), float(q[y]), float(decision.pi_res[y]),
-                               decision.accept_prob, decision.statistic, rejected_token=x, p_row=p, q_row=q))
+        y_at = sample(residual(decision.pi_res, q) if rule.subtract_draft else decision.pi_res, rng)
+        y = int(ids[y_at]) if ids is not None else y_at
+        emitted.append(Emitted(y, Verdict.RESAMPLED, i + 1, float(p[y_at]), float(q[y_at]),
+                               float(decision.pi_res[y_at]), decision.accept_prob, decision.statistic,
+                               rejected_token=x, p_row=p, q_row=q, row_ids=ids,
+                               logp_x=log_prob(target_logits[i], y)))
         return emitted
-    p = process(target_logits[num_draft], sampling)
-    pi_bonus, q_next = _bonus_target(p, target_logits[num_draft], rule, bonus if num_draft else "target",
-                                     bonus_draft)
-    y = sample(pi_bonus, rng)
+    last = target_logits[num_draft]
     verdict = Verdict.BONUS if num_draft else Verdict.VERIFIER
+    position = num_draft + 1 if num_draft else 0
+    policy = bonus if num_draft else "target"
+    if on_support and not _relaxed(rule, policy, bonus_draft):  # π_bonus = p: one draw from its candidates
+        found = candidates(last, sampling)
+        at = sample(found.probs, rng)
+        y = int(found.ids[at])
+        p_y = float(found.probs[at])
+        emitted.append(Emitted(y, verdict, position, p_y, None, p_y, None, (), p_row=found.probs, row_ids=found.ids,
+                               logp_x=log_prob(last, y)))
+        return emitted
+    p = process(last, sampling)
+    pi_bonus, q_next = _bonus_target(p, last, rule, policy, bonus_draft)
+    y = sample(pi_bonus, rng)
     q_y = float(q_next[y]) if q_next is not None else None
-    emitted.append(Emitted(y, verdict, num_draft + 1 if num_draft else 0, float(p[y]), q_y,
-                           float(pi_bonus[y]), None, (), p_row=p, q_row=q_next))
+    emitted.append(Emitted(y, verdict, position, float(p[y]), q_y, float(pi_bonus[y]), None, (), p_row=p,
+                           q_row=q_next, logp_x=log_prob(last, y)))
     return emitted
+
+
+def _on_support(p: Candidates, q_full: np.ndarray, q_ids: np.ndarray,
+                x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(ids, p, q, index of x) on the union of p's and q's supports (and x: a draft q gives no mass is still
+    judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one."""
+    ids = np.union1d(np.union1d(p.ids, q_ids), [x])
+    p_on = np.zeros(len(ids))
+    p_on[np.searchsorted(ids, p.ids)] = p.probs
+    return ids, p_on, q_full[ids], int(np.searchsorted(ids, x))
+
+
+def _relaxed(rule: Rule, policy: str, bonus_draft: DraftStep | None) -> bool:
+    """Whether the bonus draws from the rule's target at N+1 (which needs q there) rather than from p."""
+    return bonus_draft is not None and (policy == "relaxed" or (policy == "auto" and rule.relaxed_bonus))
+
+
+def log_prob(logits: np.ndarray, token: int) -> float:
+    """log p(token) under a raw logits row at temperature 1: one exp pass in float32 with a float64 sum (1e-7
+    relative, far inside what the drift signals resolve), cheaper than a float64 softmax of the row."""
+    top = float(np.max(logits))
+    total = float(np.exp(np.asarray(logits, dtype=np.float32) - np.float32(top)).sum(dtype=np.float64))
+    return float(logits[token]) - top - math.log(total)
 
 
 def _bonus_target(p: np.ndarray, logits_p: np.ndarray, rule: Rule, policy: str,
                   bonus_draft: DraftStep | None) -> tuple[np.ndarray, np.ndarray | None]:
     """(π_bonus, q at N+1 or None). The extra drafter step is paid only when the policy needs it."""
-    relaxed = policy == "relaxed" or (policy == "auto" and rule.relaxed_bonus)
-    if not relaxed or bonus_draft is None:
+    if not _relaxed(rule, policy, bonus_draft):
         return p, None
-    q_next, logits_q_next = bonus_draft()
+    q_next, logits_q_next = bonus_draft()  # type: ignore[misc]
     if policy == "auto":
         return rule.bonus(p, q_next, logits_p=logits_p, logits_q=logits_q_next), q_next
     return rule.relaxed_target(p, q_next, logits_p=logits_p, logits_q=logits_q_next), q_next
@@ -93,36 +152,42 @@ def _bonus_target(p: np.ndarray, logits_p: np.ndarray, rule: Rule, policy: str,
 
 def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,
                    target_logits: np.ndarray) -> list[Emitted]:
-    """Temperature 0: exact argmax matching for every rule (SPEC §2); probabilities reported at T=1."""
+    """Temperature 0: exact argmax matching for every rule (SPEC §2); probabilities reported at T=1 (the pass
+    that shows p(x) also gives log p(x), so the drift signal costs nothing more here)."""
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
         target = _argmax(target_logits[i])
-        p = _shown(target_logits[i])
-        q = _shown(draft_logits[i]) if draft_logits is not None else None
+        p, lse = _shown(target_logits[i])
+        q = _shown(draft_logits[i])[0] if draft_logits is not None else None
         if x == target:
             emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x]), _prob(q, x), 1.0, 1.0,
-                                   (("accept_prob", 1.0),), p_row=p, q_row=q))
+                                   (("accept_prob", 1.0),), p_row=p, q_row=q,
+                                   logp_x=float(target_logits[i][x]) - lse))
             continue
         emitted.append(Emitted(target, Verdict.RESAMPLED, i + 1, float(p[target]), _prob(q, target), 1.0, 0.0,
-                               (("accept_prob", 0.0),), rejected_token=x, p_row=p, q_row=q))
+                               (("accept_prob", 0.0),), rejected_token=x, p_row=p, q_row=q,
+                               logp_x=float(target_logits[i][target]) - lse))
         return emitted
     last = target_logits[len(draft_tokens)]
     target = _argmax(last)
-    p = _shown(last)
+    p, lse = _shown(last)
     verdict = Verdict.BONUS if draft_tokens else Verdict.VERIFIER
     emitted.append(Emitted(target, verdict, len(draft_tokens) + 1 if draft_tokens else 0, float(p[target]), None,
-                           1.0, None, (), p_row=p))
+                           1.0, None, (), p_row=p, logp_x=float(last[target]) - lse))
     return emitted
 
 
-def _shown(logits: np.ndarray) -> np.ndarray:
-    """The T=1 distribution a greedy round reports (p(x) in the TUI; no decision reads it). float32 arithmetic
-    is ample for a shown probability and several times cheaper than the float64 softmax the rules use — a
-    cost paid per sequence per step, K times over when K sequences share a batch."""
-    z = np.asarray(logits, dtype=np.float32) - np.max(logits)
+def _shown(logits: np.ndarray) -> tuple[np.ndarray, float]:
+    """The T=1 distribution a greedy round reports (p(x) in the TUI; no decision reads it) and the row's
+    log-normaliser (log p(x) = logit(x) − it). float32 arithmetic with a float64 sum is ample for both and several
+    times cheaper than the float64 softmax the rules use — a cost paid per sequence per step, K times over when K
+    sequences share a batch."""
+    top = np.max(logits)
+    z = np.asarray(logits, dtype=np.float32) - top
     np.exp(z, out=z)
-    z /= z.sum(dtype=np.float64)
-    return z
+    total = z.sum(dtype=np.float64)
+    z /= total
+    return z, float(top) + math.log(float(total))
 
 
 def _argmax(logits: np.ndarray) -> int:

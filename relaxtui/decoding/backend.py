@@ -27,6 +27,7 @@ class Backend(Protocol):
     n_vocab: int
     n_past: int
     decode_seconds: float
+    copied_bytes: int  # logits rows copied out of llama.cpp so far (0 for a fake: nothing crosses)
 
     @property
     def cached_tokens(self) -> Sequence[int]: ...  # the tokens in the KV cache, in order
@@ -87,6 +88,10 @@ class SequenceView:
     def decode_seconds(self) -> float:  # shared by every sequence: the context's time inside llama_decode
         return self.model.decode_seconds
 
+    @property
+    def copied_bytes(self) -> int:
+        return self.model.copied_bytes
+
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
         return self.model.decode_many([SeqDecode(self.seq, tokens, logits_rows)])[0]
 
@@ -146,6 +151,10 @@ class OneSequence:
     @property
     def decode_seconds(self) -> float:
         return self.model.decode_seconds
+
+    @property
+    def copied_bytes(self) -> int:
+        return self.model.copied_bytes
 
     def tokens_of(self, seq: int) -> Sequence[int]:
         return self.model.cached_tokens
@@ -239,6 +248,7 @@ class FakeBackend:
         self.pieces = list(pieces) if pieces is not None else [f"<{t}>".encode() for t in range(n_vocab)]
         self.caches: list[list[int]] = [[] for _ in range(n_seq)]
         self.decode_seconds = 0.0
+        self.copied_bytes = 0  # the fake's rows are numpy already: nothing crosses from llama.cpp
         self.decode_calls: list[int] = []  # batch sizes, so tests can check "one verifier batch per round"
         self.batches: list[tuple[tuple[int, int], ...]] = []  # (seq, tokens) of every batch, in order
         self.shared: list[tuple[int, int, int]] = []  # (src, dst, length) of every prompt copied between sequences

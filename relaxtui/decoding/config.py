@@ -28,6 +28,7 @@ class GenerationConfig:
     adaptive: bool = False  # grow N after a fully accepted round, shrink it after an early rejection
     reuse: ReusePolicy = "exact"  # KV reuse across calls: "exact" (same prompt only) or "longest" (chat turns)
     stop: tuple[str, ...] = ()  # stop strings: generation ends with the token whose text completes one ("stop")
+    dense_rows: bool = False  # True: every rule gets whole rows (the reference the support path is checked against)
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= MAX_DRAFT:

@@ -22,7 +22,7 @@ from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTrait
 from relaxtui.decoding.mtp import MtpDrafter
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.prefill import ReusePolicy, common_prefix, copy_cached_prompt, prefill
-from relaxtui.decoding.sampling import SamplingParams, process, sample
+from relaxtui.decoding.sampling import Candidates, SamplingParams, candidates, process, scatter
 from relaxtui.decoding.vocab import VocabInfo, check_vocab
 from relaxtui.errors import UserError
 
@@ -34,10 +34,10 @@ __all__ = ["DRAFT_KINDS", "KINDS", "Draft", "DraftRequest", "Drafter", "DrafterK
            "open_gguf", "propose"]
 
 
-def _confidence(q: np.ndarray, logits: np.ndarray, sampling: SamplingParams) -> float:
+def _confidence(q: Candidates, logits: np.ndarray, sampling: SamplingParams) -> float:
     """The drafter's top probability; at greedy q is one-hot, so read the raw softmax (T=1) instead."""
     if not sampling.greedy:
-        return float(q.max())
+        return float(q.probs.max())
     top = float(logits.max())
     return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
 
@@ -55,13 +55,20 @@ def fit_vocab(logits: np.ndarray, target_vocab: int) -> np.ndarray:
 
 
 def propose(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator,
-            p_min: float = 0.0) -> tuple[int, np.ndarray] | None:
-    """One draft step from the drafter's (fitted) logits: (token, processed q), or None when the drafter's top
-    probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify width)."""
-    q = process(logits, sampling)
+            p_min: float = 0.0) -> tuple[int, Candidates] | None:
+    """One draft step from the drafter's (fitted) logits: (token, processed q on its support), or None when the
+    drafter's top probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify
+    width). The draw needs only the support: no pass over a whole row for it."""
+    q = candidates(logits, sampling)
     if p_min > 0 and _confidence(q, logits, sampling) < p_min:
         return None
-    return sample(q, rng), q
+    return q.draw(rng), q
+
+
+def make_draft(tokens: list[int], q: list[Candidates], raw: list[np.ndarray], vocab: int, seconds: float) -> Draft:
+    """A drafter's Draft from its steps: q as whole rows (what every rule can read) and as supports."""
+    return Draft(tokens, scatter(q, vocab), np.stack(raw) if raw else np.empty((0, vocab)), seconds,
+                 supports=tuple(row.ids for row in q))
 
 
 class ModelDrafter(BaseDrafter):
@@ -91,6 +98,10 @@ class ModelDrafter(BaseDrafter):
     @property
     def decode_seconds(self) -> float:
         return self.model.decode_seconds
+
+    @property
+    def copied_bytes(self) -> int:
+        return self.model.copied_bytes
 
     def _view(self, seq: int) -> Backend:
         """Sequence ``seq`` as a one-sequence backend (the model itself when it holds only one)."""
@@ -125,7 +136,7 @@ class ModelDrafter(BaseDrafter):
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.model.n_ctx - len(r.context))) for r in requests]
-        made: list[tuple[list[int], list[np.ndarray], list[np.ndarray]]] = [([], [], []) for _ in requests]
+        made: list[tuple[list[int], list[Candidates], list[np.ndarray]]] = [([], [], []) for _ in requests]
         pending = {i: SeqDecode(r.seq, self._resync(r.seq, r.context), [-1])
                    for i, r in enumerate(requests) if limits[i] > 0}
         saved = self._saved([item.seq for item in pending.values()])
@@ -146,12 +157,10 @@ class ModelDrafter(BaseDrafter):
             pending = following
         self._restore(saved)  # the draft decoded nothing the next re-sync keeps: back to the checkpoint
         seconds = time.perf_counter() - started
-        empty = np.empty((0, self.target_vocab))
         drafts = []
         for request, (tokens, probs, raw) in zip(requests, made, strict=True):
             self._drafted[request.seq] = [*request.context, *tokens]
-            drafts.append(Draft(tokens, np.stack(probs) if probs else empty, np.stack(raw) if raw else empty,
-                                seconds))
+            drafts.append(make_draft(tokens, probs, raw, self.target_vocab, seconds))
         return drafts
 
     def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
@@ -206,8 +215,10 @@ def open_gguf(options: DrafterOptions) -> LlamaModel:
 
     if options.model is None:
         raise UserError("--draft-kind model needs a drafter GGUF (--drafter)")
+    # no recurrent-state snapshots: a hybrid drafter drafts, extends and times from a checkpoint restored after it,
+    # so its snapshots would never be rolled back to (each is a copy of the state, paid on every decode)
     return LlamaModel(options.model, n_ctx=options.n_ctx, n_threads=options.threads, n_gpu_layers=options.gpu_layers,
-                      n_seq=options.n_seq)
+                      n_seq=options.n_seq, rollback_depth=0)
 
 
 OpenModel = Callable[[DrafterOptions], Backend]
@@ -244,15 +255,41 @@ def _mtp(options: DrafterOptions, verifier: VocabInfo, open_model: OpenModel) ->
     return MtpDrafter(head, verifier, p_min=options.p_min)
 
 
+def _mtp_headers(verifier: Path, drafter: Path | None) -> None:
+    """The MTP layers a run drafts with, from the GGUF headers alone (before any model loads): the verifier's own,
+    or an MTP-only GGUF's for the verifier's architecture."""
+    from relaxtui.engine.gguf import read_header
+    from relaxtui.engine.gguf_check import mtp_layers
+    from relaxtui.engine.mtp import MTP_ARCHS
+
+    target = read_header(verifier)
+    if drafter is None:
+        if not mtp_layers(target):
+            hint = ("an MTP-only GGUF for it goes in --drafter" if target.architecture in MTP_ARCHS else
+                    f"llama.cpp has no MTP head for {target.architecture} models")
+            raise UserError(f"{verifier.name} has no MTP layers ({target.architecture}.nextn_predict_layers is 0): "
+                            f"it cannot draft for itself ({hint})")
+        return
+    head = read_header(drafter)
+    if not mtp_layers(head):
+        raise UserError(f"{drafter.name} has no MTP layers ({head.architecture}.nextn_predict_layers is 0): it is "
+                        "no MTP drafter (a small LM drafts with --draft-kind model)")
+    if head.architecture != target.architecture:
+        raise UserError(f"the MTP layers in {drafter.name} are for {head.architecture}, the verifier {verifier.name} "
+                        f"is {target.architecture}")
+
+
 @dataclass(frozen=True)
 class DrafterKind:
-    """What loading a kind takes, known before anything loads: whether ``--drafter`` names a file it opens, and
-    whether the verifier must be loaded keeping its hidden rows (the instance's traits say the same)."""
+    """What loading a kind takes, known before anything loads: whether ``--drafter`` names a file it opens,
+    whether the verifier must be loaded keeping its hidden rows (the instance's traits say the same), and what the
+    model files' headers must say (``check_files``: one line before any model loads)."""
 
     build: Builder
     model_file: bool = False
     needs_hidden_states: bool = False
     own_name: str | None = None  # the --drafter value meaning "no file: the verifier's own" (the file is optional)
+    headers: Callable[[Path, Path | None], None] | None = None  # (verifier GGUF, drafter GGUF or None) -> refuse
 
     def file_of(self, drafter: str | None) -> str | None:
         """The model file a ``--drafter`` value names for this kind (None: it opens none)."""
@@ -260,11 +297,17 @@ class DrafterKind:
             return None
         return drafter
 
+    def check_files(self, verifier: Path, drafter: Path | None) -> None:
+        """Refuse, in one line and before anything loads, model files this kind cannot draft with."""
+        if self.headers is not None:
+            self.headers(verifier, drafter)
+
 
 KINDS: dict[str, DrafterKind] = {
     "model": DrafterKind(_model, model_file=True),
     "ngram": DrafterKind(_ngram),
-    "mtp": DrafterKind(_mtp, model_file=True, needs_hidden_states=True, own_name="mtp"),  # --drafter: MTP-only GGUF
+    "mtp": DrafterKind(_mtp, model_file=True, needs_hidden_states=True, own_name="mtp",  # --drafter: MTP-only GGUF
+                       headers=_mtp_headers),
 }
 DRAFT_KINDS = tuple(KINDS)
 

@@ -71,6 +71,8 @@ class Draft:
     logits: np.ndarray | None  # [n, target vocab] raw drafter logits; None without a distribution
     seconds: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
+    supports: tuple[np.ndarray, ...] = ()  # per position, the ascending ids where q > 0 (spares the support path a
+    # pass over each row to find them); empty: not known, found from the rows
 
 
 class Drafter(Protocol):
@@ -81,6 +83,8 @@ class Drafter(Protocol):
 
     @property
     def decode_seconds(self) -> float: ...  # inside its model's llama_decode, all sequences (0 without a model)
+    @property
+    def copied_bytes(self) -> int: ...  # rows its model copied out of llama.cpp, all sequences
 
     def begin(self, seq: int, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
               should_stop: Callable[[], bool] = ...) -> bool: ...  # False: stopped during its prefill
@@ -100,6 +104,10 @@ class BaseDrafter:
     @property
     def decode_seconds(self) -> float:
         return 0.0
+
+    @property
+    def copied_bytes(self) -> int:
+        return 0
 
     def accept(self, seq: int, n_accepted: int) -> None:
         """Told after each verify batch (before the verifier decodes again): ``n_accepted`` drafts were kept, and

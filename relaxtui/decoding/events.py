@@ -85,6 +85,7 @@ class Metrics:
     extra_draft_steps: int = 0  # drafter steps past the draft (a relaxed bonus needs q at N+1)
     prefill_decoded: int = -1  # prompt tokens the verifier decoded (the rest was reused from its cache)
     full_accept_rounds: int = 0  # rounds whose every draft was accepted
+    copied_bytes: int = 0  # logits/hidden rows both models copied out of llama.cpp while decoding
 
     @property
     def acceptance_rate(self) -> float:
@@ -108,13 +109,23 @@ class Metrics:
         return self.output_tokens / self.decode_s if self.decode_s > 0 else 0.0
 
     @property
+    def host_ms_per_round(self) -> float:
+        """The loop's own time per round outside llama.cpp (Python, numpy, ctypes), in ms: on a GPU this stays
+        the same size while the models' work shrinks, so it bounds the speed-up there."""
+        return 1e3 * max(0.0, self.decode_s - self.llama_s) / self.rounds if self.rounds else 0.0
+
+    @property
+    def copied_bytes_per_round(self) -> float:
+        return self.copied_bytes / self.rounds if self.rounds else 0.0
+
+    @property
     def python_share(self) -> float:
         """Share of decode time spent outside llama_decode (Python, numpy, ctypes)."""
         return max(0.0, 1.0 - self.llama_s / self.decode_s) if self.decode_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, object]:
         names = ("acceptance_rate", "l_accept", "mean_accepted_length", "per_position_acceptance",
-                 "tokens_per_s", "python_share")
+                 "tokens_per_s", "python_share", "host_ms_per_round", "copied_bytes_per_round")
         data: dict[str, object] = {f: getattr(self, f) for f in self.__dataclass_fields__}
         data.update({name: getattr(self, name) for name in names})
         return data

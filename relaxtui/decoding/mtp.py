@@ -17,7 +17,7 @@ import numpy as np
 
 from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
 from relaxtui.decoding.prefill import ReusePolicy
-from relaxtui.decoding.sampling import SamplingParams, process
+from relaxtui.decoding.sampling import Candidates, SamplingParams, process
 
 if TYPE_CHECKING:
     from relaxtui.engine.llama import LlamaModel
@@ -41,6 +41,10 @@ class MtpDrafter(BaseDrafter):
     def decode_seconds(self) -> float:
         return self.head.decode_seconds
 
+    @property
+    def copied_bytes(self) -> int:
+        return self.head.copied_bytes
+
     def begin(self, seq: int, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
               should_stop: Callable[[], bool] = lambda: False) -> bool:
         """Nothing to prefill: the head catches up from the verifier's hidden rows at the first draft (and keeps what
@@ -57,11 +61,11 @@ class MtpDrafter(BaseDrafter):
         return fit_vocab(logits, self.target_vocab)
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
-        from relaxtui.decoding.drafters import propose
+        from relaxtui.decoding.drafters import make_draft, propose
 
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.head.n_ctx - len(r.context))) for r in requests]
-        made: list[tuple[list[int], list[np.ndarray], list[np.ndarray]]] = [([], [], []) for _ in requests]
+        made: list[tuple[list[int], list[Candidates], list[np.ndarray]]] = [([], [], []) for _ in requests]
         for r in requests:
             self._forget(r.seq)
         live = [i for i, limit in enumerate(limits) if limit > 0]
@@ -86,9 +90,7 @@ class MtpDrafter(BaseDrafter):
             if live:
                 rows = self.head.step([(requests[i].seq, made[i][0][-1]) for i in live])
         seconds = time.perf_counter() - started
-        empty = np.empty((0, self.target_vocab))
-        return [Draft(tokens, np.stack(probs) if probs else empty, np.stack(raw) if raw else empty, seconds)
-                for tokens, probs, raw in made]
+        return [make_draft(tokens, probs, raw, self.target_vocab, seconds) for tokens, probs, raw in made]
 
     def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
         """q and raw logits one step past the sequence's last draft: one chained head step."""

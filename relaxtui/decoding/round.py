@@ -20,7 +20,6 @@ verify batch decodes it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +82,7 @@ class Slot:
     prefill_decoded: int = 0
     started: float = 0.0  # decode clock
     llama_before: float = 0.0
+    copied_before: int = 0  # bytes the models had copied out of llama.cpp when decoding started
     decoder: StreamDecoder = field(default_factory=StreamDecoder)
     output: list[int] = field(default_factory=list)
     text_parts: list[str] = field(default_factory=list)
@@ -93,7 +93,7 @@ class Slot:
     draft: Draft | None = None  # this round's draft (None: a verifier-only step)
     logprobs: list[float | None] = field(default_factory=list)  # per emitted token: log p(x) at T=1 (verifier)
     probs: list[float] = field(default_factory=list)  # per emitted token: processed p(x), as the sampler saw it
-    round_logprobs: list[float] = field(default_factory=list)  # this round's, one per token accept() returned
+    round_logprobs: list[float | None] = field(default_factory=list)  # this round's, one per token accept() returned
     stop_tail: str = ""  # the end of the text, long enough to find a stop string that spans tokens
     saved: object | None = None  # this round: the verifier's state before the verify batch, when its drafts are
     # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
@@ -144,7 +144,8 @@ def open_slot(verifier: Backend, seq: int, prompt: Sequence[int], config: Genera
     return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
                 DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
                 prefill_s=now - started, prefill_decoded=decoded, started=now,
-                llama_before=llama_seconds(verifier, drafter), finish=None if prefilled else "stopped")
+                llama_before=llama_seconds(verifier, drafter), copied_before=copied_bytes(verifier, drafter),
+                finish=None if prefilled else "stopped")
 
 
 def plan(slot: Slot) -> bool:
@@ -187,7 +188,8 @@ def _one_hot(draft: Draft, vocab: int) -> Draft:
     """q of a drafter without a distribution: all its mass on the token it proposed; no logits."""
     probs = np.zeros((len(draft.tokens), vocab))
     probs[np.arange(len(draft.tokens)), draft.tokens] = 1.0
-    return Draft(draft.tokens, probs, None, draft.seconds, draft.extra)
+    return Draft(draft.tokens, probs, None, draft.seconds, draft.extra,
+                 supports=tuple(np.array([token]) for token in draft.tokens))
 
 
 def accept(slot: Slot, target_logits: np.ndarray) -> list[Emitted]:
@@ -197,9 +199,10 @@ def accept(slot: Slot, target_logits: np.ndarray) -> list[Emitted]:
     draft, drafter = slot.draft, slot.drafter
     emitted = accept_round(slot.draft_tokens, draft.probs if draft else np.empty((0, 0)),  # type: ignore[arg-type]
                            draft.logits if draft else None, target_logits, slot.rule, slot.config.sampling,
-                           slot.accept_rng, bonus_draft=_bonus_step(slot), bonus=slot.config.bonus)
+                           slot.accept_rng, bonus_draft=_bonus_step(slot), bonus=slot.config.bonus,
+                           dense=slot.config.dense_rows, draft_supports=draft.supports if draft else ())
     n_accepted = len(emitted) - 1
-    slot.round_logprobs = verifier_logprobs(emitted, target_logits)
+    slot.round_logprobs = [item.logp_x for item in emitted]  # from the rows the rule already read
     _keep(slot, slot.base + 1 + n_accepted)
     if drafter is not None:
         drafter.accept(slot.seq, n_accepted)
@@ -216,18 +219,6 @@ def _keep(slot: Slot, position: int) -> None:
         slot.verifier.decode(slot.verify_tokens[:position - slot.base])
     else:
         slot.verifier.rollback(position)
-
-
-def verifier_logprobs(emitted: list[Emitted], target_logits: np.ndarray) -> list[float]:
-    """log p(x) at temperature 1 of each emitted token, from the verify row it was judged against (row i − 1 for
-    draft position i, accepted or resampled; row N for the bonus; row 0 for a verifier step): one logsumexp over
-    a row the round already holds, no extra decode."""
-    found = []
-    for item in emitted:
-        row = target_logits[max(item.draft_position - 1, 0)]
-        top = float(row.max())
-        found.append(float(row[item.token_id]) - top - math.log(float(np.exp(row - top).sum(dtype=np.float64))))
-    return found
 
 
 def _bonus_step(slot: Slot) -> DraftStep | None:
@@ -289,13 +280,14 @@ def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
                             decode_s=clock() - slot.started,
                             llama_s=llama_seconds(slot.verifier, slot.drafter) - slot.llama_before,
                             finish=slot.finish or "stopped", extra_draft_steps=slot.extra_steps,
-                            prefill_decoded=slot.prefill_decoded)
+                            prefill_decoded=slot.prefill_decoded,
+                            copied_bytes=copied_bytes(slot.verifier, slot.drafter) - slot.copied_before)
     return Finished("".join(slot.text_parts), metrics, tuple(slot.output), tuple(slot.logprobs), tuple(slot.probs))
 
 
 def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounters, *, prefill_s: float,
                   decode_s: float, llama_s: float, finish: str, extra_draft_steps: int,
-                  prefill_decoded: int) -> Metrics:
+                  prefill_decoded: int, copied_bytes: int = 0) -> Metrics:
     """SPEC §3 metrics of one finished generation from its round counters."""
     return Metrics(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, rounds=counters.rounds, drafted=counters.drafted,
@@ -304,13 +296,18 @@ def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounter
         draft_s=counters.draft_s, verify_s=counters.verify_s, llama_s=llama_s,
         truncated=finish in {"context", "max_tokens"}, finish_reason=finish,
         draft_lengths=tuple(counters.draft_lengths), extra_draft_steps=extra_draft_steps,
-        prefill_decoded=prefill_decoded, full_accept_rounds=counters.full_rounds,
+        prefill_decoded=prefill_decoded, full_accept_rounds=counters.full_rounds, copied_bytes=copied_bytes,
     )
 
 
 def llama_seconds(verifier: Backend, *drafters: Drafter | None) -> float:
     """Seconds inside llama_decode of the verifier's and the drafters' contexts (shared by every sequence in them)."""
     return verifier.decode_seconds + sum(d.decode_seconds for d in drafters if d is not None)
+
+
+def copied_bytes(verifier: Backend, *drafters: Drafter | None) -> int:
+    """Bytes the verifier's and the drafters' contexts copied out of llama.cpp (logits and hidden rows)."""
+    return verifier.copied_bytes + sum(d.copied_bytes for d in drafters if d is not None)
 
 
 def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k: int, *,
@@ -320,17 +317,20 @@ def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k
         index=index, token_id=item.token_id, text=text, verdict=item.verdict, draft_position=item.draft_position,
         p_x=item.p_x, q_x=item.q_x, pi_x=item.pi_x, accept_prob=item.accept_prob, statistic=item.statistic,
         rejected_token=item.rejected_token, round=timing,
-        top_p=_top(item.p_row, top_k), top_q=_top(item.q_row, top_k), logp_x=logp,
+        top_p=_top(item.p_row, top_k, item.row_ids), top_q=_top(item.q_row, top_k, item.row_ids),
+        logp_x=logp,
     )
 
 
-def _top(row: np.ndarray | None, k: int) -> tuple[tuple[int, float], ...]:
-    """The k likeliest ids of a distribution. Processed rows (top-k/top-p) have a few dozen non-zeros: gather
-    them first, which is ten times cheaper than partitioning the whole vocabulary (this runs per token)."""
+def _top(row: np.ndarray | None, k: int, ids: np.ndarray | None = None) -> tuple[tuple[int, float], ...]:
+    """The k likeliest ids of a distribution (over ``ids`` on the support path, else the vocabulary). Processed
+    rows (top-k/top-p) have a few dozen non-zeros: gather them first, which is ten times cheaper than partitioning
+    the whole vocabulary (this runs per token)."""
     if row is None or k <= 0:
         return ()
-    ids = np.flatnonzero(row)
-    if len(ids) > k:
-        ids = ids[np.argpartition(row[ids], -k)[-k:]]
-    ids = ids[np.argsort(-row[ids], kind="stable")]
-    return tuple((int(i), float(row[i])) for i in ids)
+    at = np.flatnonzero(row)
+    if len(at) > k:
+        at = at[np.argpartition(row[at], -k)[-k:]]
+    at = at[np.argsort(-row[at], kind="stable")]
+    named = at if ids is None else ids[at]
+    return tuple((int(token), float(row[i])) for token, i in zip(named, at, strict=True))

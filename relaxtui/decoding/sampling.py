@@ -7,6 +7,7 @@ Randomness is always passed in as a ``np.random.Generator``; nothing here touche
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,51 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return z
 
 
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """A processed distribution on its support: ascending token ids and their probabilities (float64, sum 1).
+
+    What top-k/top-p leave is a few dozen tokens of a 152k vocabulary: the rules, the draws and the reports work
+    on these instead of whole rows (``process`` is their scatter over the vocabulary, the same numbers)."""
+
+    ids: np.ndarray  # int64, ascending, unique
+    probs: np.ndarray  # float64, aligned with ids
+
+    def dense(self, vocab_size: int) -> np.ndarray:
+        row = np.zeros(vocab_size)
+        row[self.ids] = self.probs
+        return row
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """The token ``sample(self.dense(V), rng)`` draws, without the whole row: the inverse CDF over the support
+        in id order has the same partial sums (the zeros between add nothing), so one uniform picks the same id."""
+        return int(self.ids[sample(self.probs, rng)])
+
+
+def scatter(rows: Sequence[Candidates], vocab_size: int) -> np.ndarray:
+    """[len(rows), vocab] whole rows of these candidates: one zeroed block (calloc'd pages cost nothing until
+    written) with each row's few dozen entries set — no per-row allocation, no stacking copy."""
+    block = np.zeros((len(rows), vocab_size))
+    for i, row in enumerate(rows):
+        block[i, row.ids] = row.probs
+    return block
+
+
+def bounds_support(params: SamplingParams, vocab_size: int) -> bool:
+    """Whether the sampling settings leave a support smaller than the vocabulary (top-k on, or top-p below 1):
+    then candidate rows are exact, and far cheaper than whole ones. Greedy's support is one token."""
+    return params.greedy or 0 < params.top_k < vocab_size or params.top_p < 1.0
+
+
+def candidates(logits: np.ndarray, params: SamplingParams) -> Candidates:
+    """The processed distribution (SPEC §2: temperature, top-k, top-p) as candidates; greedy: the argmax."""
+    if params.greedy:
+        return Candidates(np.array([int(np.argmax(logits))]), np.ones(1))
+    kept, kept_probs = _kept(logits, params)
+    order = np.argsort(kept, kind="stable")
+    return Candidates(kept[order].astype(np.int64, copy=False), kept_probs[order])
+
+
 def process(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """Processed distribution over the whole vocabulary, float64, zeros outside the kept set.
 
@@ -52,6 +98,15 @@ def process(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         one_hot = np.zeros(vocab_size)
         one_hot[int(np.argmax(logits))] = 1.0
         return one_hot
+    kept, kept_probs = _kept(logits, params)
+    probs = np.zeros(vocab_size)
+    probs[kept] = kept_probs
+    return probs
+
+
+def _kept(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The ids top-k/top-p keep (in no particular order) and their renormalised tempered probabilities."""
+    vocab_size = logits.shape[-1]
     if 0 < params.top_k < vocab_size:
         kept = np.argpartition(logits, -params.top_k)[-params.top_k:]
     else:
@@ -65,9 +120,7 @@ def process(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         chosen = order[:n_keep]
         kept, kept_probs = kept[chosen], kept_probs[chosen]
         kept_probs = kept_probs / kept_probs.sum()
-    probs = np.zeros(vocab_size)
-    probs[kept] = kept_probs
-    return probs
+    return kept, kept_probs
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -106,7 +106,9 @@ class LlamaModel(SequenceMemory):
             raise UserError(f"llama.cpp could not load the model: {self.path}")
         self._vocab = _llama.llama_model_get_vocab(self._model)
         self.n_mtp_layers = int(_llama.llama_model_n_layer_nextn(self._model))
-        if mtp and not self.n_mtp_layers:
+        from relaxtui.engine.mtp import MTP_ARCHS  # (lazy: mtp imports this module)
+        # an MTP architecture without MTP layers of its own still keeps hidden rows, for an MTP-only GGUF's head
+        if mtp and not self.n_mtp_layers and self.header.architecture not in MTP_ARCHS:
             _llama.llama_model_free(self._model)
             raise UserError(f"{self.path.name} has no MTP layers ({self.header.architecture}.nextn_predict_layers "
                             "is 0): it cannot draft for itself")
@@ -137,6 +139,7 @@ class LlamaModel(SequenceMemory):
             llama_ext.llama_set_embeddings_nextn(self._ctx, True, False)  # a row for every token, not only outputs
             self.hidden = HiddenStore(n_seq, self.n_embd)
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
+        self.copied_bytes = 0  # logits (and hidden) rows copied out of llama.cpp: what a round moves to Python
 
     def _new_context(self, n_ctx: int, n_seq: int, n_batch: int, n_threads: int | None, n_rs_seq: int) -> int:
         threads = n_threads or default_threads()
@@ -280,6 +283,8 @@ class LlamaModel(SequenceMemory):
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
         hidden = self.hidden.read(self._ctx, len(chunk)) if self.hidden is not None else None
+        if hidden is not None:
+            self.copied_bytes += hidden.nbytes
         counts: dict[int, int] = {}
         for j, (seq, token, _, target) in enumerate(chunk):
             self._seqs[seq].append(token)
@@ -288,6 +293,7 @@ class LlamaModel(SequenceMemory):
                 self.hidden.append(seq, hidden[j])
             if target is not None:
                 target[:] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
+                self.copied_bytes += target.nbytes
         if self._snapshots is not None:  # the snapshots now cover this decode's tokens of each sequence
             for seq, count in counts.items():
                 self._snapshots.decoded(seq, count)

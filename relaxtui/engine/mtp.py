@@ -176,6 +176,7 @@ class MtpHead:
         self._cached = [0] * self.n_seq
         self._chain: list[np.ndarray | None] = [None] * self.n_seq
         self.decode_seconds = 0.0  # time inside llama_process on the head's context
+        self.copied_bytes = 0  # logits and hidden rows copied out of llama.cpp
         self.calls = 0  # llama_process calls
         self.rows = 0  # token rows decoded (catch-up pairs and draft steps)
         model.hidden.consumer = self
@@ -368,6 +369,7 @@ class MtpHead:
             if not chain:
                 raise RuntimeError("llama.cpp returned no hidden row for an MTP step")
             self._chain[seq] = np.ctypeslib.as_array(chain, shape=(self.n_embd,)).copy()
+        self.copied_bytes += out.nbytes + len(wanted_rows) * self.n_embd * 4
         return out
 
     def close(self) -> None:

@@ -65,7 +65,9 @@ class Rule:
     name: ClassVar[str] = "?"
     knob_name: ClassVar[str | None] = None
     greedy_ok: ClassVar[bool] = True  # False: refuses temperature 0 (rfuzzy, scd)
-    needs_logits: ClassVar[bool] = False  # True: needs raw logits (casc-tok, scd)
+    # True: reads raw logits over the whole vocabulary (casc-tok, scd), so it always gets whole rows; False: it
+    # reads only p and q, and where top-k/top-p bound them gets them on their support (decoding/acceptance.py)
+    needs_logits: ClassVar[bool] = False
     needs_draft_logits: ClassVar[bool] = False  # True: needs the drafter's raw logits (scd): model drafters only
     relaxed_bonus: ClassVar[bool] = False  # True: π_bonus is the rule's target at N+1 (scd)
     x_dependent: ClassVar[bool] = False  # True: the targets depend on the drafted token (cactus)

@@ -1,0 +1,197 @@
+"""The support path (issue 21): where top-k/top-p bound p and q, rules run on the union of their supports.
+
+Same numbers as whole rows (``candidates`` vs ``process``; every rule's decision inputs on random logits), the
+same tokens from the same generator (both paths, every rule that takes supports), the same law (Monte Carlo
+through the loop), whole rows for a rule that declares it needs them, and the same sampled tokens on SmolLM2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relaxtui.decoding.acceptance import accept_round, log_prob, takes_support
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.events import Finished, TokenEvent
+from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.sampling import SamplingParams, bounds_support, candidates, process, sample
+from relaxtui.rules import PAPER_GRID, make
+from relaxtui.rules.base import Rule, residual
+from tests.conftest import VOCAB, fake, random_table
+
+SUPPORT_RULES = [(name, knob) for name, knobs in PAPER_GRID.items() for knob in knobs
+                 if not make(name, knob).needs_logits]
+BOUNDED = [SamplingParams(0.6, 20, 0.95), SamplingParams(1.0, 8, 1.0), SamplingParams(0.8, 0, 0.9),
+           SamplingParams(1.3, 50, 0.5)]
+TOLERANCE = 1e-6  # the issue's bound; on this machine every difference measured was exactly 0
+
+
+def rows(seed: int, n: int, vocab: int, scale: float = 3.0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(scale=scale, size=(n, vocab)).astype(np.float32)
+
+
+@pytest.mark.parametrize("sampling", BOUNDED + [SamplingParams(0.0, 0, 1.0), SamplingParams(0.7, 0, 1.0)])
+@pytest.mark.parametrize("seed", range(20))
+def test_candidates_are_the_processed_row_on_its_support(sampling, seed):
+    logits = rows(seed, 1, 3000)[0]
+    found, dense = candidates(logits, sampling), process(logits, sampling)
+    assert np.all(np.diff(found.ids) > 0)  # ascending, unique
+    assert np.array_equal(found.dense(len(logits)), dense)  # the same numbers, bit for bit
+    assert np.count_nonzero(dense) == len(found.ids) and found.probs.sum() == pytest.approx(1.0, abs=1e-12)
+    assert bounds_support(sampling, len(logits)) == (len(found.ids) < len(logits))
+    draws = [np.random.default_rng(seed) for _ in range(2)]  # the same stream for both
+    assert found.draw(draws[0]) == sample(dense, draws[1])  # one uniform picks the same id on both
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_temperature_one_log_prob_matches_a_float64_reference(seed):
+    logits = rows(seed, 1, 151_936, scale=4.0)[0]
+    reference = logits.astype(np.float64)
+    lse = reference.max() + np.log(np.exp(reference - reference.max()).sum())
+    for token in (int(np.argmax(logits)), int(np.argmin(logits)), seed):
+        assert log_prob(logits, token) == pytest.approx(reference[token] - lse, abs=TOLERANCE)
+
+
+def round_inputs(seed: int, vocab: int, n: int, sampling: SamplingParams):
+    """A verify block [N+1, V], a draft of N tokens drawn from q, and q's rows (processed) and logits."""
+    target, draft_logits = rows(seed, n + 1, vocab), rows(seed + 10_000, n, vocab)
+    # the drafter agrees with the verifier in part, so rounds both accept and reject
+    draft_logits = 0.6 * target[:n] + 0.4 * draft_logits
+    q = np.stack([process(row, sampling) for row in draft_logits])
+    rng = np.random.default_rng(seed)
+    tokens = [sample(row, rng) for row in q]
+    return tokens, q, draft_logits, target
+
+
+@pytest.mark.parametrize("name,knob", SUPPORT_RULES)
+def test_both_paths_emit_the_same_tokens_and_numbers_for_every_rule(name, knob):
+    """200 rounds per rule over four bounded samplings: the same tokens, verdicts and positions from the same
+    generator, and every number within 1e-6 — while the support path hands the rule a few dozen ids."""
+    verdicts = set()
+    for seed in range(200):
+        sampling = BOUNDED[seed % len(BOUNDED)]
+        rule = make(name, knob, temperature=sampling.temperature)
+        tokens, q, q_logits, target = round_inputs(seed, 2000, 1 + seed % 4, sampling)
+        assert takes_support(rule, sampling, 2000)
+        support = accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed))
+        whole = accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed), dense=True)
+        assert [(e.token_id, e.verdict, e.draft_position, e.rejected_token) for e in support] == \
+               [(e.token_id, e.verdict, e.draft_position, e.rejected_token) for e in whole]
+        for a, b in zip(support, whole, strict=True):
+            verdicts.add(a.verdict)
+            assert a.row_ids is not None and len(a.row_ids) < 2000 and b.row_ids is None
+            for field in ("p_x", "q_x", "pi_x", "accept_prob", "logp_x"):
+                x, y = getattr(a, field), getattr(b, field)
+                assert (x is None) == (y is None) and (x is None or abs(x - y) <= TOLERANCE), (field, x, y)
+            assert [k for k, _ in a.statistic] == [k for k, _ in b.statistic]
+            assert np.allclose([v for _, v in a.statistic], [v for _, v in b.statistic], rtol=0, atol=TOLERANCE)
+            dense_p = np.zeros(2000)
+            dense_p[a.row_ids] = a.p_row
+            assert np.allclose(dense_p, b.p_row, rtol=0, atol=TOLERANCE)  # p on the support is p
+    assert len(verdicts) >= 2, verdicts  # both branches ran
+
+
+@pytest.mark.parametrize("name,knob", SUPPORT_RULES)
+def test_every_rules_decision_inputs_agree_on_the_support(name, knob):
+    """π_rej and π_res on the union of supports equal the whole-row ones there, and the whole-row ones are 0
+    elsewhere (so nothing a rule could read is lost), on random logits."""
+    sampling = SamplingParams(0.6, 20, 0.95)
+    rule = make(name, knob, temperature=0.6)
+    for seed in range(40):
+        p_logits, q_logits = rows(seed, 2, 4000)
+        p_full, q_full = process(p_logits, sampling), process(0.5 * p_logits + 0.5 * q_logits, sampling)
+        ids = np.union1d(np.flatnonzero(p_full), np.flatnonzero(q_full))
+        x = int(ids[seed % len(ids)])
+        at = int(np.searchsorted(ids, x))
+        whole = rule.decide(p_full, q_full, x)
+        part = rule.decide(p_full[ids], q_full[ids], at)
+        assert abs(whole.accept_prob - part.accept_prob) <= TOLERANCE
+        for mine, theirs in ((part.pi_rej, whole.pi_rej), (part.pi_res, whole.pi_res)):
+            assert np.allclose(mine, theirs[ids], rtol=0, atol=TOLERANCE)
+            outside = np.delete(theirs, ids)
+            assert not outside.any()
+        assert np.allclose(residual(part.pi_res, part_q := q_full[ids]), residual(whole.pi_res, q_full)[ids],
+                           rtol=0, atol=TOLERANCE) and len(part_q) == len(ids)
+
+
+class Spy(Rule):
+    """Strict, recording the length of the rows it is handed and whether logits came with them."""
+
+    name = "spy"
+
+    def __init__(self, needs_logits: bool) -> None:
+        super().__init__()
+        self.needs_logits = needs_logits  # type: ignore[misc]
+        self.seen: list[tuple[int, bool]] = []
+
+    def evaluate(self, p, q, x, *, logits_p=None, logits_q=None):
+        self.seen.append((len(p), logits_p is not None))
+        return p, p, {}
+
+
+@pytest.mark.parametrize("needs_logits", [True, False])
+@pytest.mark.parametrize("sampling", [SamplingParams(0.6, 20, 0.95), SamplingParams(1.0, 0, 1.0)])
+def test_a_rule_that_declares_whole_rows_gets_them(needs_logits, sampling):
+    tokens, q, q_logits, target = round_inputs(3, 1000, 3, sampling)
+    spy = Spy(needs_logits)
+    accept_round(tokens, q, q_logits, target, spy, sampling, np.random.default_rng(0))
+    assert spy.seen
+    whole = needs_logits or not bounds_support(sampling, 1000)
+    assert all((length == 1000) == whole and has_logits == whole for length, has_logits in spy.seen), spy.seen
+
+
+BOUNDED_SMALL = SamplingParams(temperature=1.0, top_k=4, top_p=0.9)  # 4 then fewer of the fakes' 6 tokens
+
+
+@pytest.mark.parametrize("name,knob", [(n, k) for n, k in SUPPORT_RULES if k == PAPER_GRID[n][0]])
+def test_the_emitted_token_law_holds_through_the_support_path(name, knob):
+    """2,000 seeded runs of the loop per rule on Markov fakes with a bounded support; first-token frequencies
+    within 5 standard errors (+0.003) of the exact law on the processed p and q."""
+    target_table, draft_table = random_table(1), random_table(1) + random_table(2, scale=1.0)
+    rule = make(name, knob)
+    assert takes_support(rule, BOUNDED_SMALL, VOCAB)
+    p, q = process(target_table[0], BOUNDED_SMALL), process(draft_table[0], BOUNDED_SMALL)
+    law = np.zeros(VOCAB)
+    for x in np.flatnonzero(q):
+        decision = rule.decide(p, q, int(x))
+        fallback = residual(decision.pi_res, q) if rule.subtract_draft else decision.pi_res
+        law[x] += q[x] * decision.accept_prob
+        law += q[x] * (1 - decision.accept_prob) * fallback / fallback.sum()
+    runs = 2000
+    counts = np.zeros(VOCAB)
+    verifier, drafter = fake(target_table), ModelDrafter(fake(draft_table), VOCAB)
+    for seed in range(runs):
+        config = GenerationConfig(draft_max=2, max_tokens=3, sampling=BOUNDED_SMALL, seed=seed)
+        first = next(e for e in generate(verifier, [0], config, drafter=drafter, rule=rule)
+                     if isinstance(e, TokenEvent))
+        counts[first.token_id] += 1
+    tolerance = 5 * np.sqrt(law * (1 - law) / runs) + 0.003
+    assert np.all(np.abs(counts / runs - law) <= tolerance), (counts / runs, law)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("rule_spec", [("strict", None), ("cactus", 1.0), ("mentored", 0.7)])
+def test_smollm2_gives_the_same_tokens_on_both_paths(test_model_path, rule_spec):
+    """Sampled (the paper's T 0.6, top-k 20, top-p 0.95) with SmolLM2 drafting for itself: the support path and
+    whole rows emit the same tokens, verdicts and log-probabilities from the same seeds (greedy has one path:
+    exact argmax matching, the same code either way)."""
+    from relaxtui.engine.llama import LlamaModel
+    from relaxtui.session import prompt_tokens
+
+    name, knob = rule_spec
+    with LlamaModel(test_model_path, n_ctx=512, n_threads=1) as model, \
+            LlamaModel(test_model_path, n_ctx=512, n_threads=1) as twin:
+        prompt = prompt_tokens(model, "Write a haiku about the sea.")
+        outputs = []
+        for dense in (False, True):
+            model.reset()
+            twin.reset()
+            config = GenerationConfig(draft_max=3, max_tokens=40, sampling=SamplingParams(0.6, 20, 0.95), seed=5,
+                                      dense_rows=dense)
+            events = list(generate(model, prompt, config, drafter=ModelDrafter(twin, model.n_vocab),
+                                   rule=make(name, knob, temperature=0.6)))
+            assert isinstance(events[-1], Finished)
+            outputs.append([(e.token_id, e.verdict, e.logp_x) for e in events if isinstance(e, TokenEvent)])
+        assert len(outputs[0]) > 10
+        assert [t[:2] for t in outputs[0]] == [t[:2] for t in outputs[1]]
+        assert max(abs(a[2] - b[2]) for a, b in zip(*outputs, strict=True)) <= TOLERANCE
