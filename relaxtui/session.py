@@ -35,7 +35,8 @@ class ModelOptions:
     draft_p_min: float = 0.0
     parallel: int = 1  # sequences per context (K): --parallel; ctx_size is per sequence
     draft_max: int = 16  # the longest draft the run verifies: a recurrent/hybrid verifier keeps that many
-    # recurrent-state snapshots per sequence (+1: the bonus room) and is refused in one line if it cannot
+    # recurrent-state snapshots per sequence (a verify batch [last, x_1..x_N] rolls back N at most) and is refused
+    # in one line if it cannot; a longer draft later (the chat's settings) runs from a checkpoint, exactly
 
     def __post_init__(self) -> None:
         drafter_kind(self.draft_kind)  # an unknown kind: one line
@@ -98,13 +99,16 @@ def load_pair(options: ModelOptions) -> LoadedPair:
     vocabularies before anything runs."""
     verifier_path = resolve_model(options.verifier)
     drafter_path = _drafter_path(options)
-    check_parallel(options.parallel, [verifier_path, *([drafter_path] if drafter_path else [])], options.ctx_size)
+    check_parallel(options.parallel, [verifier_path, *([drafter_path] if drafter_path else [])], options.ctx_size,
+                   rollback_depth=options.draft_max)
     speculative = options.drafter is not None
+    if speculative:
+        drafter_kind(options.draft_kind).check_files(verifier_path, drafter_path)  # headers: before anything loads
     # a kind that drafts from the verifier's hidden rows (an MTP head) needs a verifier that keeps them
     keep_hidden = {"mtp": True} if speculative and drafter_kind(options.draft_kind).needs_hidden_states else {}
     verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads,
                           n_gpu_layers=_gpu_layers(options.gpu_layers), n_seq=options.parallel,
-                          rollback_depth=options.draft_max + 1, **keep_hidden)
+                          rollback_depth=options.draft_max, **keep_hidden)
     try:
         if speculative and options.draft_max > 0:
             verifier.require_rollback(options.draft_max)  # a hybrid model that cannot: one line, before decoding

@@ -263,7 +263,8 @@ def test_every_option_reaches_the_model_and_the_drafter(monkeypatch, tmp_path):
     options = session.ModelOptions(verifier="v.gguf", drafter="d.gguf", ctx_size=64, threads=3, gpu_layers=-1,
                                    draft_p_min=0.25, parallel=2)
     drafter = session.load_drafter(options, fake_verifier(2))
-    assert loaded == {"path": tmp_path / "d.gguf", "n_ctx": 64, "n_threads": 3, "n_gpu_layers": 10_000, "n_seq": 2}
+    assert loaded == {"path": tmp_path / "d.gguf", "n_ctx": 64, "n_threads": 3, "n_gpu_layers": 10_000, "n_seq": 2,
+                      "rollback_depth": 0}  # a drafter's snapshots are never rolled back to: none allocated
     assert drafter.traits.kind == "model" and drafter.traits.n_seq == 2 and drafter.p_min == 0.25
     ngram = session.load_drafter(session.ModelOptions(draft_kind="ngram", ngram_min=2, ngram_max=4), fake_verifier())
     assert ngram.traits.kind == "ngram" and (ngram.n_min, ngram.n_max) == (2, 4)

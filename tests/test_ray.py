@@ -24,6 +24,7 @@ from relaxtui.cli import main
 from relaxtui.commands import eval as eval_command
 from relaxtui.costmodel.profiles import memory_bound
 from relaxtui.evals.results import MEASURED_PROFILE
+from tests.tiny_models import tiny_fixture  # noqa: F401  (the `tiny` fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(300)
@@ -221,3 +222,23 @@ def test_a_killed_actor_loses_and_duplicates_nothing(capsys, monkeypatch, tmp_pa
         assert "back on the queue, 1 actor(s) left" in err or "it had nothing left to redo, 1 actor(s) left" in err, err
     keys = [(r["config_id"], r["problem_id"], r["seed"]) for r in records(out)]
     assert len(keys) == len(set(keys)) == 2 * int(limit)  # 2 configs x the problems: all there, none twice
+
+
+@pytest.mark.model
+def test_the_mtp_kind_runs_on_an_actor_as_it_does_locally(capsys, tmp_path, tiny, ray_head, fresh_driver):
+    """--draft-kind mtp on the tiny hybrid model: the actor builds the verifier's own head like the local run
+    (greedy: the same tokens), and the run says it drafted with it."""
+    def argv(out):
+        return ["eval", "aime", "--limit", "2", "--max-tokens", "8", "--temperature", "0", "-m", str(tiny.qwen35),
+                "--draft-kind", "mtp", "--ctx-size", "1024", "--threads", "1", "--out", str(out)]
+
+    local, remote = priced_already(tmp_path / "local"), tmp_path / "ray"
+    assert main(argv(local)) == 0
+    assert main([*argv(remote), "--ray", ray_head, "--ray-actors", "1"]) == 0
+    assert "ray: 1 actor(s) on 1 node(s)" in capsys.readouterr().err
+    mine = {(r["config_id"], r["problem_id"]): r for r in records(local)}
+    theirs = {(r["config_id"], r["problem_id"]): r for r in records(remote)}
+    assert theirs.keys() == mine.keys() and len(mine) == 2
+    for key, record in theirs.items():
+        assert record["output"] == mine[key]["output"] and record["drafted"] > 0
+    assert json.loads((remote / "manifest.json").read_text())["draft_kind"] == "mtp"

@@ -316,7 +316,8 @@ async def test_real_model_smoke(test_model_path):
     from relaxtui.session import ModelOptions
     from relaxtui.tui.engine import LlamaChatEngine
 
-    engine = LlamaChatEngine(ModelOptions(str(test_model_path), str(test_model_path), ctx_size=512))
+    # one thread: under other busy processes llama.cpp's default threads spin (its calibration took 3 min, 5 s alone)
+    engine = LlamaChatEngine(ModelOptions(str(test_model_path), str(test_model_path), ctx_size=512, threads=1))
     app = RelaxApp(engine, ChatSettings(drafter=str(test_model_path), max_tokens=24, temperature=0.0))
     try:
         async with app.run_test(size=SIZE) as pilot:

@@ -27,13 +27,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_model_files(options: ModelOptions) -> None:
-    """Resolve both model names and read their GGUF headers (cheap) before any screen opens."""
+    """Resolve both model names and read their GGUF headers (cheap) before any screen opens, and what the drafter's
+    kind needs of them (an MTP head: MTP layers for the verifier's architecture)."""
+    from relaxtui.decoding.drafters import drafter_kind
     from relaxtui.engine.gguf import read_header
     from relaxtui.models.store import resolve_model
 
-    names = [options.verifier] + ([options.drafter_file] if options.drafter_file else [])
-    for name in names:
-        read_header(resolve_model(name))
+    paths = [resolve_model(name) for name in [options.verifier, *([options.drafter_file] if options.drafter_file
+                                                                  else [])]]
+    for path in paths:
+        read_header(path)
+    if options.drafter is not None:
+        drafter_kind(options.draft_kind).check_files(paths[0], paths[1] if len(paths) > 1 else None)
 
 
 def run(args: argparse.Namespace) -> int:

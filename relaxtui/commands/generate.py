@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
     auto = args.draft_max == "auto"
     config = generation_config(args, draft_max=AUTO_MAX_DRAFT if auto else None)  # validates the other options
     options = model_options(args, speculative=not args.no_spec)
+    if auto:  # the verifier's recurrent-state snapshots (a hybrid model) for the longest N auto may choose
+        options = replace(options, draft_max=AUTO_MAX_DRAFT)
     thinking = None if args.thinking is None else args.thinking == "on"
     pair = load_pair(options)
     try:

@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-max", nargs="+", type=int_option("--draft-max", 1, MAX_DRAFT), default=[2, 3, 4],
                         help="strict draft lengths to try")
     parser.add_argument("--drafters", nargs="+", type=utf8_text, default=[DEFAULT_DRAFTER],
-                        help="drafter files, or 'ngram'")
+                        help="drafter files, 'ngram' (prompt lookup) or 'mtp' (the verifier's own MTP head); "
+                             "--draft-kind ngram/mtp alone: that kind")
     parser.add_argument("--rule", nargs="+", type=utf8_text, default=["cactus", "mentored"],
                         help="relaxed rules to try")
     parser.add_argument("--alpha", nargs="+", type=finite_float, default=[],
@@ -101,7 +102,8 @@ def plan_drafters(args: argparse.Namespace, task: Task, out: Path, max_tokens: i
     runs = []
     for drafter in args.drafters:
         is_ngram = drafter == "ngram"
-        args.drafter, args.draft_kind = (None, "ngram") if is_ngram else (drafter, "model")
+        kind = "mtp" if drafter == "mtp" else "model"  # 'mtp': the verifier's own head, no file
+        args.drafter, args.draft_kind = (None, "ngram") if is_ngram else (drafter, kind)
         options = model_options(args)
         if is_ngram:
             options = replace(options, drafter="ngram")
@@ -133,7 +135,7 @@ def check_models(options: ModelOptions) -> None:
         mismatch = header_mismatch(read_header(paths[0]), read_header(paths[1]), names)
         if mismatch is not None:
             raise UserError(mismatch)
-    check_parallel(options.parallel, paths, options.ctx_size)
+    check_parallel(options.parallel, paths, options.ctx_size, rollback_depth=options.draft_max)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     from relaxtui.session import load_pair
 
     task = get(args.task)
+    if args.drafters == [DEFAULT_DRAFTER] and args.draft_kind in ("ngram", "mtp"):
+        args.drafters = [args.draft_kind]  # --draft-kind without --drafters: that kind (plan_drafters sets it after)
     if "strict" in args.rule:
         raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
     params = sampling(args)

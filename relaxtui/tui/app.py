@@ -194,7 +194,7 @@ class RelaxApp(App[None]):
         indicator.auto_refresh = 1 / 16 if shown else None
 
     def _status_idle(self) -> None:
-        self.query_one(StatusLine).idle(self.settings, self.engine.drafter_name)
+        self.query_one(StatusLine).idle(self.settings, self.engine.drafter_name, self.engine.drafter_kind)
 
     # -- sending and streaming -----------------------------------------------------------------------------------
     @on(Input.Submitted, "#prompt")

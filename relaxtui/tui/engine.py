@@ -28,6 +28,8 @@ from relaxtui.rules import Rule, make
 
 NO_DRAFTER = "none"
 NGRAM = "ngram"
+# what the status line adds after the drafter's name, by kind (a drafter LM is named by its file)
+KIND_WORDS = {"ngram": "prompt lookup", "mtp": "MTP head"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class ModelInfo:
 
     name: str
     path: str | None = None
-    kind: str = "model"  # "model" (a GGUF or the fake pair's model), "ngram" (prompt lookup), "none"
+    kind: str = "model"  # "model" (a GGUF or the fake pair's model), "ngram" (prompt lookup), "mtp", "none"
 
     @property
     def file_name(self) -> str:
@@ -124,6 +126,11 @@ class ChatEngine:
         kind = traits.kind if traits is not None else NO_DRAFTER
         return (ModelInfo(self.verifier_name, None if verifier_path is None else str(verifier_path)),
                 ModelInfo(self.drafter_name, None if drafter_path is None else str(drafter_path), kind))
+
+    @property
+    def drafter_kind(self) -> str:
+        """The kind of the drafter in use, as its traits declare it ("none" without one)."""
+        return self.drafter.traits.kind if self.drafter is not None else NO_DRAFTER
 
     def load(self, progress: Callable[[str], None]) -> LoopCosts:
         raise NotImplementedError
@@ -193,7 +200,8 @@ class LlamaChatEngine(ChatEngine):
         from relaxtui.models.store import list_models
 
         names = [info.path.name for info in list_models() if info.vocab_size == self.verifier.n_vocab]
-        return [NO_DRAFTER, NGRAM, *names]
+        started = self.options.drafter  # the command line's drafter ("mtp", a file anywhere): always offered
+        return [NO_DRAFTER, NGRAM, *([started] if started not in (None, NO_DRAFTER, NGRAM, *names) else []), *names]
 
     def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
         """Switch drafters through the same factory as the command line, with every option (GPU layers, p-min,
@@ -203,6 +211,8 @@ class LlamaChatEngine(ChatEngine):
         old = self.drafter
         if name == NO_DRAFTER:
             self.drafter = None
+        elif name == self.options.drafter and self.pair is not None and self.pair.drafter is not None:
+            self.drafter = self.pair.drafter  # back to the command line's drafter (an MTP head: one per verifier)
         else:
             if name != NGRAM:
                 progress(f"loading drafter {name}…")

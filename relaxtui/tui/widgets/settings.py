@@ -101,7 +101,8 @@ class SettingsPanel(Vertical):
             with Horizontal(classes="row"):
                 yield Label("drafter", classes="label")
                 yield Select([(d, d) for d in self.drafters], value=self._drafter_value(s), allow_blank=False,
-                             compact=True, id="set-drafter", tooltip="none = verifier alone; ngram = prompt lookup")
+                             compact=True, id="set-drafter",
+                             tooltip="none = verifier alone; ngram = prompt lookup; mtp = the verifier's own MTP head")
             with Horizontal(classes="row"):
                 yield Label("thinking", classes="label")
                 yield Checkbox("", s.thinking, compact=True, id="set-thinking",
