@@ -95,8 +95,10 @@ class _Tracked:
 class BatchedExecutor:
     """One pair's contexts, ``verifier.n_seq`` sequences at a time, fed while it runs (module docstring)."""
 
-    def __init__(self, verifier: MultiBackend, drafter: Any = None, *, max_waiting: int | None = None) -> None:
-        self.verifier, self.drafter = verifier, drafter
+    def __init__(self, verifier: MultiBackend, drafter: Any = None, *, max_waiting: int | None = None,
+                 join_in_batch: bool = False) -> None:
+        """``join_in_batch``: arriving jobs send their prompts in the running verify batches (``stream_many``)."""
+        self.verifier, self.drafter, self.join_in_batch = verifier, drafter, join_in_batch
         self.queue = JobQueue(max_waiting)
         self._source = _Tracked(self.queue)
         self._stop = threading.Event()
@@ -122,7 +124,7 @@ class BatchedExecutor:
             return self._stop.is_set() or should_stop()
 
         for job, event in stream_many(self.verifier, self._source, drafter=self.drafter, should_stop=stop,
-                                      tokens=tokens):
+                                      tokens=tokens, join_in_batch=self.join_in_batch):
             if isinstance(event, Finished):
                 self._source.live.pop(id(job), None)
             yield job, event

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VERIFIER = "ggml_models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+VERIFIER = "ggml_models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"  # the embedded pair
 DRAFTER = "ggml_models/qwen2.5-coder-0.5b-instruct-q4_0.gguf"
 PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
@@ -63,15 +63,16 @@ def free_port() -> int:
 def command(variant: str, port: int, args: argparse.Namespace) -> list[str]:
     spec = variant.endswith("strict3")
     if variant.startswith("relaxtui"):
-        return [str(ROOT / ".venv/bin/relaxtui"), "serve", "--port", str(port), "-m", VERIFIER,
-                "--drafter", DRAFTER if spec else "none", "--draft-max", "3" if spec else "0", "--parallel",
+        return [str(ROOT / ".venv/bin/relaxtui"), "serve", "--port", str(port), "-m", args.verifier,
+                "--drafter", args.drafter if spec else "none", "--draft-max", "3" if spec else "0", "--parallel",
                 str(args.parallel), "-c", str(args.ctx), "-t", str(args.threads), "--temperature", "0"]
-    cmd = [args.llama_server, "-m", VERIFIER, "--port", str(port), "--host", "127.0.0.1", "-np", str(args.parallel),
-           "-c", str(args.ctx * args.parallel), "-t", str(args.threads), "-tb", str(args.threads), "--temp", "0",
+    cmd = [args.llama_server, "-m", args.verifier, "--port", str(port), "--host", "127.0.0.1",
+           "-np", str(args.parallel), "-c", str(args.ctx * args.parallel), "-t", str(args.threads),
+           "-tb", str(args.threads), "--temp", "0",
            "--jinja"]  # the GGUF's own chat template, as relaxtui renders it (same prompt tokens)
     if spec:
-        cmd += ["-md", DRAFTER, "--spec-type", "draft-simple", "--spec-draft-n-max", "3", "--spec-draft-n-min", "0",
-                "--draft-p-min", "0", "-td", str(args.threads)]
+        cmd += ["-md", args.drafter, "--spec-type", "draft-simple", "--spec-draft-n-max", "3",
+                "--spec-draft-n-min", "0", "--draft-p-min", "0", "-td", str(args.threads)]
     return cmd
 
 
@@ -102,8 +103,11 @@ def request(port: int, prompt: str, max_tokens: int) -> Sample:
     return Sample(start, first, time.perf_counter(), tokens, draft_n, accepted)
 
 
-def level(port: int, clients: int, total: int, max_tokens: int) -> list[Sample]:
-    """``clients`` threads share ``total`` requests (prompts in turn), each thread one request at a time."""
+def level(port: int, clients: int, total: int, max_tokens: int, tag: str = "") -> list[Sample]:
+    """``clients`` threads share ``total`` requests (prompts in turn), each thread one request at a time. Every
+    prompt starts with its own number (``tag``.i: the same for every server at one level and round, new at the
+    next), so no server finds a whole earlier prompt in its cache: both keep only what prompts share (the chat
+    template's system prompt), as a real mix of requests would."""
     samples: list[Sample] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -116,7 +120,7 @@ def level(port: int, clients: int, total: int, max_tokens: int) -> list[Sample]:
                     return
                 i = queue.pop(0)
             try:
-                sample = request(port, PROMPTS[i % len(PROMPTS)], max_tokens)
+                sample = request(port, f"(request {tag}.{i}) {PROMPTS[i % len(PROMPTS)]}", max_tokens)
             except Exception as exc:  # noqa: BLE001 - reported in the table
                 with lock:
                     errors.append(str(exc))
@@ -165,9 +169,9 @@ def stop(process: subprocess.Popen) -> None:
         process.kill()
 
 
-def measure(variant: str, port: int, clients: int, args: argparse.Namespace) -> dict[str, float] | None:
+def measure(variant: str, port: int, clients: int, args: argparse.Namespace, tag: str) -> dict[str, float] | None:
     total = max(clients * args.requests_per_client, args.min_requests)
-    samples = level(port, clients, total, args.max_tokens)
+    samples = level(port, clients, total, args.max_tokens, tag)
     if not samples:
         return None
     wall = max(s.end for s in samples) - min(s.start for s in samples)
@@ -175,15 +179,17 @@ def measure(variant: str, port: int, clients: int, args: argparse.Namespace) -> 
     r = {"tokens_per_s": sum(s.tokens for s in samples) / wall, "requests": len(samples),
          "tokens": sum(s.tokens for s in samples), "wall_s": wall, "ttft_p50": statistics.median(ttft),
          "ttft_p95": ttft[min(len(ttft) - 1, round(0.95 * (len(ttft) - 1)))],
-         "draft_n": sum(s.draft_n for s in samples), "draft_accepted": sum(s.draft_accepted for s in samples)}
+         "draft_n": sum(s.draft_n for s in samples), "draft_accepted": sum(s.draft_accepted for s in samples),
+         "ttft": ttft}
     print(f"{variant:17s} C={clients}: {r['tokens_per_s']:6.2f} tok/s  TTFT p50 {r['ttft_p50']:.2f} s  "
           f"p95 {r['ttft_p95']:.2f} s  draft_n {r['draft_n']} accepted {r['draft_accepted']}", flush=True)
     return r
 
 
 def run_all(variants: list[str], args: argparse.Namespace) -> dict[str, dict[int, dict[str, float]]]:
-    """Every server up at once (idle ones cost no CPU), then each level measured on each server in turn, so a
-    machine that speeds up or slows down mid-run hits every variant alike."""
+    """Every server up at once (idle ones cost no CPU), then each level measured on each server in turn, ``--rounds``
+    times (the order of the variants reversed every other round), so a machine that speeds up or slows down
+    mid-run hits every variant alike. A cell sums its rounds: tokens over wall time, TTFT over all requests."""
     servers = {}
     try:
         for variant in variants:
@@ -191,21 +197,35 @@ def run_all(variants: list[str], args: argparse.Namespace) -> dict[str, dict[int
         for process, port in servers.values():
             wait_ready(process, port)
             request(port, PROMPTS[0], 8)  # warm-up
-        table: dict[str, dict[int, dict[str, float]]] = {v: {} for v in variants}
-        for clients in args.clients:
-            for variant in variants:
-                result = measure(variant, servers[variant][1], clients, args)
-                if result is not None:
-                    table[variant][clients] = result
-        return table
+        runs: dict[str, dict[int, list[dict[str, float]]]] = {v: {} for v in variants}
+        for round_ in range(args.rounds):
+            for clients in args.clients:
+                for variant in variants if round_ % 2 == 0 else variants[::-1]:
+                    result = measure(variant, servers[variant][1], clients, args, f"{round_ + 1}.{clients}")
+                    if result is not None:
+                        runs[variant].setdefault(clients, []).append(result)
+        return {v: {c: _combined(rs) for c, rs in by.items()} for v, by in runs.items()}
     finally:
         for process, _ in servers.values():
             stop(process)
 
 
+def _combined(results: list[dict[str, float]]) -> dict[str, float]:
+    ttft = sorted(t for r in results for t in r["ttft"])
+    tokens, wall = sum(r["tokens"] for r in results), sum(r["wall_s"] for r in results)
+    return {"tokens_per_s": tokens / wall, "tokens": tokens, "wall_s": wall,
+            "requests": sum(r["requests"] for r in results), "ttft_p50": statistics.median(ttft),
+            "ttft_p95": ttft[min(len(ttft) - 1, round(0.95 * (len(ttft) - 1)))],
+            "draft_n": sum(r["draft_n"] for r in results), "draft_accepted": sum(r["draft_accepted"] for r in results),
+            "rounds": [r["tokens_per_s"] for r in results]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-server", default=os.path.expanduser("~/.cache/relaxtui-anchor/build/bin/llama-server"))
+    parser.add_argument("--verifier", default=VERIFIER, help="verifier GGUF (both servers)")
+    parser.add_argument("--drafter", default=DRAFTER, help="drafter GGUF (both servers, strict3 variants)")
+    parser.add_argument("--rounds", type=int, default=1, help="sweeps over the levels, variants alternating")
     parser.add_argument("--variants", default="relaxtui-strict3,llama-strict3,relaxtui-ar,llama-ar")
     parser.add_argument("--clients", default="1,4,8", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--requests-per-client", type=int, default=1)

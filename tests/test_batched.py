@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import FakeBackend, markov_logits
+from relaxtui.decoding.backend import FakeBackend, SeqDecode, markov_logits
 from relaxtui.decoding.batched import Job, generate_many
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished
@@ -295,3 +295,118 @@ def test_a_job_stopped_before_its_prefill_reads_no_prompt_and_stops_no_other():
     assert results["gone"].metrics.finish_reason == "stopped" and results["gone"].token_ids == ()
     assert (0, 4) not in [item for batch in verifier.batches for item in batch]  # its 4-token prefill never ran
     assert results["kept"].metrics.finish_reason == results["next"].metrics.finish_reason == "max_tokens"
+
+
+# -- joining in the verify batch (the server's continuous batching) -------------------------------------------------
+class Drip:
+    """A source that hands out a job on every ``every``-th call that need not block: requests arriving while others
+    run."""
+
+    def __init__(self, jobs, every=3):
+        self.jobs, self.every, self.calls = list(jobs), every, 0
+
+    def take(self, *, block):
+        self.calls += 1
+        if self.jobs and (block or self.calls % self.every == 0):
+            return self.jobs.pop(0)
+        return None
+
+
+def _joined(verifier, jobs, drafter, *, join_in_batch=True, every=3) -> dict[object, Finished]:
+    from relaxtui.decoding.batched import stream_many
+
+    return {job.tag: event for job, event in stream_many(verifier, Drip(jobs, every), drafter=drafter, tokens=False,
+                                                          join_in_batch=join_in_batch)}
+
+
+@pytest.mark.parametrize("rule,knob", [("strict", None), ("cactus", 1.0)])
+def test_a_prompt_that_joins_in_the_verify_batch_changes_no_token(markov_pair, rule, knob):
+    """Jobs arriving while others run send their prompts (of 1 to 9 tokens) in the running verify batches: every
+    job's tokens and counters equal its one-sequence run's, its prefill counts every prompt token it decoded, and
+    prompts that rode along leave no batch of their own (fewer verifier batches than prefilling each alone)."""
+    target, draft = markov_pair
+    jobs = [Job([(i + j) % VOCAB for j in range(1 + i)], GenerationConfig(draft_max=2, max_tokens=8 + i,
+                                                                         sampling=PLAIN, seed=i),
+                make(rule, knob), tag=i) for i in range(9)]
+    riding, alone_each = multi(target, 3), multi(target, 3)
+    results = _joined(riding, jobs, ModelDrafter(multi(draft, 3), VOCAB))
+    _joined(alone_each, jobs, ModelDrafter(multi(draft, 3), VOCAB), join_in_batch=False)
+    assert sorted(results) == list(range(9))
+    for job in jobs:
+        lone, mine = run_one(target, draft, job), results[job.tag]
+        assert mine.token_ids == lone.token_ids
+        for name in ("rounds", "drafted", "accepted", "draft_lengths", "per_position_accepted", "finish_reason"):
+            assert getattr(mine.metrics, name) == getattr(lone.metrics, name), name
+        assert mine.metrics.prefill_decoded == len(job.prompt) - 1 and mine.metrics.prefill_s >= 0
+    assert len(riding.batches) < len(alone_each.batches)
+    mixed = [b for b in riding.batches if any(n == 3 for _, n in b) and any(n > 3 or n < 3 for _, n in b)]
+    assert mixed  # some batch held a verify block ([last, x1, x2]) next to a joining prompt
+
+
+def test_choices_of_one_prompt_that_join_together_read_it_once(markov_pair):
+    """Three choices of one prompt (n = 3) arriving together: one reads the prompt, the others copy it."""
+    target, draft = markov_pair
+    prompt = [1, 2, 3, 4, 5, 0, 1]
+    jobs = [Job(prompt, GenerationConfig(draft_max=2, max_tokens=6, sampling=PLAIN, seed=i), tag=i)
+            for i in range(3)]
+    results = _joined(multi(target, 3), jobs, ModelDrafter(multi(draft, 3), VOCAB), every=1)
+    assert sorted(r.metrics.prefill_decoded for r in results.values()) == [0, 0, len(prompt) - 1]
+    for job in jobs:
+        assert results[job.tag].token_ids == run_one(target, draft, job).token_ids
+
+
+def test_a_joining_job_whose_client_left_stops_alone(markov_pair):
+    target, draft = markov_pair
+    config = GenerationConfig(draft_max=2, max_tokens=5, sampling=PLAIN)
+    jobs = [Job([1, 2, 3, 4], config, tag="kept"), Job([0, 1, 2, 3, 4, 5], config, tag="gone",
+                                                      should_stop=lambda: True), Job([2], config, tag="next")]
+    results = _joined(multi(target, 2), jobs, ModelDrafter(multi(draft, 2), VOCAB), every=1)
+    assert results["gone"].metrics.finish_reason == "stopped" and results["gone"].token_ids == ()
+    assert results["kept"].metrics.finish_reason == results["next"].metrics.finish_reason == "max_tokens"
+
+
+def test_longest_reuse_copies_the_longest_common_prefix_another_sequence_holds(markov_pair):
+    """A server's prompt cache ("longest"): a new prompt that shares its first tokens (a system prompt) with what
+    another sequence holds copies those and decodes the rest; "exact" copies only a whole prompt."""
+    from relaxtui.decoding.backend import SequenceView
+    from relaxtui.decoding.prefill import copy_cached_prompt, prefill
+
+    target, _ = markov_pair
+    verifier = multi(target, 3)
+    verifier.decode_many([SeqDecode(1, [1, 2, 3, 4, 5]), SeqDecode(2, [1, 2, 0])])
+    view = SequenceView(verifier, 0)
+    copy_cached_prompt(view, [1, 2, 3, 4, 0, 1], "exact")
+    assert verifier.shared == [] and list(view.cached_tokens) == []
+    copy_cached_prompt(view, [1, 2, 3, 4, 0, 1], "longest")
+    assert verifier.shared == [(1, 0, 4)] and list(view.cached_tokens) == [1, 2, 3, 4]
+    assert prefill(view, [1, 2, 3, 4, 0, 1], reuse="longest") == (2, True)  # only the rest is decoded
+
+
+def test_longest_reuse_on_the_joining_path_changes_no_token(markov_pair):
+    """Jobs whose prompts share a prefix, joining while others run with reuse "longest": each decodes only what no
+    sequence held, and the fake (no batched numerics) gives each its one-sequence tokens."""
+    target, draft = markov_pair
+    jobs = [Job([1, 2, 3, 4, i % VOCAB, 0], GenerationConfig(draft_max=2, max_tokens=6, sampling=PLAIN, seed=i,
+                                                             reuse="longest"), tag=i) for i in range(6)]
+    results = _joined(multi(target, 3), jobs, ModelDrafter(multi(draft, 3), VOCAB))
+    assert sum(r.metrics.prefill_decoded for r in results.values()) < sum(len(j.prompt) - 1 for j in jobs)
+    for job in jobs:
+        assert results[job.tag].token_ids == run_one(target, draft, job).token_ids
+
+
+@pytest.mark.parametrize("join_in_batch", [False, True])
+def test_every_batch_lists_its_sequences_in_increasing_order(markov_pair, join_in_batch):
+    """llama.cpp keeps one KV stream per sequence and puts only consecutive, increasing sequence ids in one
+    micro-batch; jobs that end at different times hand their slots out of order, yet every verifier and drafter
+    batch lists its sequences in increasing order, and a freed slot is refilled lowest id first."""
+    target, draft = markov_pair
+    jobs = [Job([i % VOCAB, 1], GenerationConfig(draft_max=2, max_tokens=3 + (7 * i) % 11, sampling=PLAIN, seed=i),
+                tag=i) for i in range(14)]
+    verifier, drafter = multi(target, 4), ModelDrafter(multi(draft, 4), VOCAB)
+    results = _joined(verifier, jobs, drafter, join_in_batch=join_in_batch, every=2)
+    assert sorted(results) == list(range(14))
+    for batch in verifier.batches + drafter.model.batches:
+        seqs = [seq for seq, _ in batch]
+        assert seqs == sorted(seqs), batch
+    for job in jobs:
+        assert results[job.tag].token_ids == run_one(target, draft, job).token_ids

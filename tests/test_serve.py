@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import signal
 import socket
 import threading
 import time
@@ -437,3 +438,109 @@ def test_deadline_ends_a_long_reply_with_length():
     with running(FakeServedPair(1, delay_s=0.01), parallel=1, timeout_s=0.5) as (url, _):
         reply = client(url).completions.create(model="x", prompt=[0], max_tokens=4000)
         assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens < 4000
+
+
+# -- the remaining request fields ------------------------------------------------------------------------------------
+def test_max_completion_tokens_top_k_top_p_echo_and_completion_logprobs():
+    """``max_completion_tokens`` is the budget; top_k = 1 (or a tiny top_p) at temperature 1 leaves the verifier one
+    token per step, so strict output is the greedy text; echo puts the prompt first; completions logprobs have the
+    legacy shape with k alternatives."""
+    with running() as (url, _):
+        api = client(url)
+        greedy = api.completions.create(model="x", prompt=[2], max_tokens=10).choices[0].text
+        one = api.completions.create(model="x", prompt=[2], max_tokens=99, temperature=1.0, seed=4,
+                                     extra_body={"max_completion_tokens": 10, "top_k": 1})
+        assert one.usage.completion_tokens == 10 and one.choices[0].text == greedy
+        assert api.completions.create(model="x", prompt=[2], max_tokens=10, temperature=1.0, seed=4,
+                                      top_p=1e-6).choices[0].text == greedy
+        chat = api.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}],
+                                           max_completion_tokens=6)
+        assert chat.usage.completion_tokens == 6
+        echoed = api.completions.create(model="x", prompt="the cat", max_tokens=4, echo=True).choices[0].text
+        assert echoed.startswith("the cat") and len(echoed) > len("the cat")
+        scored = api.completions.create(model="x", prompt=[2], max_tokens=5, logprobs=2).choices[0].logprobs
+        assert len(scored.tokens) == len(scored.token_logprobs) == len(scored.text_offset) == 5
+        assert all(len(top) == 2 for top in scored.top_logprobs) and all(v <= 0 for v in scored.token_logprobs)
+
+
+@pytest.mark.parametrize("kind,verdicts", [("none", {"verifier"}), ("ngram", None), ("model", None)])
+def test_draft_kind_per_request(kind, verdicts):
+    """A request may ask for the verifier alone (no drafts, every token "verifier"), the n-gram lookup or the model
+    drafter; its stats say which ran, and greedy text is the same for all three (strict is lossless)."""
+    with running() as (url, _):
+        api = client(url)
+        reply = api.completions.create(model="x", prompt=[0, 1, 2, 0, 1], max_tokens=12,
+                                       extra_body={"speculative": {"draft_kind": kind}, "verdicts": True})
+        plain = api.completions.create(model="x", prompt=[0, 1, 2, 0, 1], max_tokens=12,
+                                       extra_body={"speculative": {"draft_max": 0}})
+        extension = reply.choices[0].model_extra["relaxtui"]
+        assert extension["stats"]["draft_kind"] == kind and reply.choices[0].text == plain.choices[0].text
+        seen = {t["verdict"] for t in extension["tokens"]}
+        if verdicts is not None:
+            assert seen == verdicts and reply.model_extra["timings"]["draft_n"] == 0
+        assert plain.model_extra["timings"]["draft_n"] == 0
+
+
+def test_max_tokens_is_capped_by_the_slots_context():
+    with running(FakeServedPair(1, n_ctx=48), parallel=1) as (url, _):
+        reply = client(url).completions.create(model="x", prompt=[0, 1, 2, 3], max_tokens=100000)
+        assert reply.choices[0].finish_reason == "length" and 0 < reply.usage.completion_tokens <= 48 - 4
+
+
+def test_a_shutdown_drains_in_flight_requests_then_frees_the_models():
+    """What SIGINT/SIGTERM do (the serve command's handler, called directly): no new connections, the request in
+    flight (held at the gate, so it is surely in flight) runs to its end, then the pair is closed."""
+    from relaxtui.commands.serve import _server_class
+
+    gate = threading.Event()
+    closed = threading.Event()
+
+    class Pair(FakeServedPair):
+        def close(self) -> None:
+            closed.set()
+
+    pair = Pair(1, gate=gate)
+    scheduler = Scheduler(lambda: pair, max_queue=4)
+    defaults = Defaults(Speculative("strict", None, 3, "model"), GREEDY, 0, None, None, DRAFT_KINDS)
+    app = build_app(scheduler, ServeSettings(defaults, drain_s=WAIT_S))
+    sock = bind("127.0.0.1", 0)
+    server = _server_class()(uvicorn.Config(app, log_level="warning", lifespan="on", log_config=None,
+                                            timeout_graceful_shutdown=int(WAIT_S)))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    scheduler.ready.wait(WAIT_S)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    replies = []
+    asker = threading.Thread(target=lambda: replies.append(client(url).completions.create(
+        model="x", prompt=[0], max_tokens=30)))
+    try:
+        asker.start()
+        deadline = time.monotonic() + WAIT_S
+        while scheduler.processing < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.handle_exit(signal.SIGTERM, None)
+        time.sleep(0.2)
+        assert not closed.is_set() and thread.is_alive()  # still draining: the request holds the slot
+        gate.set()
+        asker.join(WAIT_S)
+        thread.join(WAIT_S)
+        assert replies and replies[0].usage.completion_tokens == 30 and replies[0].choices[0].finish_reason == "length"
+        assert closed.is_set() and not thread.is_alive() and scheduler.state == "closed"
+    finally:
+        gate.set()
+        server.should_exit = True
+        thread.join(WAIT_S)
+        sock.close()
+
+
+def test_a_prompt_that_starts_like_an_earlier_one_reads_only_the_rest():
+    """The prompt cache (--prompt-cache longest, the default): a request sharing its first tokens with one before
+    it (a system prompt) decodes only the rest, and usage says how many were cached; the text is unchanged."""
+    with running(parallel=1) as (url, _):
+        api = client(url)
+        api.completions.create(model="x", prompt=[1, 2, 3, 4, 5, 6, 7], max_tokens=3)
+        again = api.completions.create(model="x", prompt=[1, 2, 3, 4, 5, 0, 2], max_tokens=5)
+        assert again.usage.prompt_tokens_details.cached_tokens == 5
+        assert again.model_extra["timings"]["cache_n"] == 5 and again.model_extra["timings"]["prompt_n"] == 2
+        fresh = alone([1, 2, 3, 4, 5, 0, 2], GenerationConfig(draft_max=3, max_tokens=5, sampling=GREEDY))
+        assert again.choices[0].text == fresh.text

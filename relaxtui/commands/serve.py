@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="on SIGINT/SIGTERM, seconds in-flight requests may still run")
     net.add_argument("--max-body", type=int_option("--max-body", 1024), default=4 << 20,
                      help="largest request body in bytes")
+    net.add_argument("--prompt-cache", choices=["longest", "exact"], default="longest",
+                     help="reuse the longest cached prefix of a prompt (a shared system prompt; as llama-server), "
+                          "or only a whole repeated prompt (outputs never depend on earlier requests)")
     net.add_argument("--fake", action="store_true", help="a deterministic fake model pair (no weights)")
     gen = parser.add_argument_group("request defaults (each request may override them)")
     gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (NAME or NAME:KNOB)")
@@ -167,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
         def load():  # type: ignore[no-untyped-def]
             return LlamaServedPair(options)
-    settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max)
+    settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max, reuse=args.prompt_cache)
     scheduler = Scheduler(load, max_queue=args.max_queue, profile=args.profile, settings=settings)
     if not keys and args.host not in LOOPBACK:
         print(f"relaxtui serve: warning: listening on {args.host} with no --api-key: anyone who can reach this "

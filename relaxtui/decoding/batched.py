@@ -20,11 +20,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from relaxtui.decoding import round as steps
 from relaxtui.decoding.backend import MultiBackend, SeqDecode, SequenceView
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafting import Drafter
 from relaxtui.decoding.events import Event, Finished, RoundTiming
+from relaxtui.decoding.prefill import copy_cached_prompt, prepare
 from relaxtui.decoding.round import Slot
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule
@@ -71,28 +74,53 @@ def generate_many(verifier: MultiBackend, jobs: Iterable[Job], *, drafter: Draft
 
 def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter | None = None,
                 should_stop: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.perf_counter,
-                tokens: bool = True) -> Iterator[tuple[Job, Event]]:
+                tokens: bool = True, join_in_batch: bool = False) -> Iterator[tuple[Job, Event]]:
     """Run jobs as ``source`` hands them over, ``verifier.n_seq`` at a time: yield (job, TokenEvent) per emitted
     token (``tokens``) and (job, Finished) as each ends. A job's own stop request ends it alone; ``should_stop``
-    ends every live sequence with finish reason "stopped" and takes no more jobs."""
+    ends every live sequence with finish reason "stopped" and takes no more jobs.
+
+    ``join_in_batch`` (the server's continuous batching, as llama-server does it): a job that arrives while other
+    sequences run, or with others, sends its prompt in the verify batches (``PREFILL_BUDGET`` tokens a round, all
+    joiners together) instead of being prefilled alone while the others wait; it drafts from the round after its
+    prompt is in. A lone job into an idle loop is prefilled alone either way, as K = 1 does."""
     _check_room(drafter, verifier)
     free = list(range(verifier.n_seq - 1, -1, -1))  # pop() hands out sequence 0 first
     live: list[Slot] = []
+    joining: list[_Joining] = []  # jobs holding a sequence whose prompts are still going into the verify batches
     own_stops: set[Slot] = set()  # stopped by their own request, not by ``should_stop``: the others go on
     stopping = False
+
+    def open_slot(entry: _Joining) -> None:
+        job = entry.job
+        slot = steps.open_slot(SequenceView(verifier, entry.seq), entry.seq, job.prompt, job.config, job.rule,
+                               entry.drafter, should_stop=_either(should_stop, job.should_stop), clock=clock,
+                               share_prompt=True, tag=job)
+        if entry.rest is not None:  # its prompt came in shared batches: count them as its prefill
+            slot.prefill_decoded += entry.decoded
+            slot.prefill_s = slot.started - entry.taken
+        if slot.finish == "stopped" and job.should_stop is not None and job.should_stop():
+            own_stops.add(slot)  # gone before (or while) its prompt was read: no prefill wasted on it
+        live.append(slot)
+
     while True:
-        while not stopping and free and (job := source.take(block=not live)) is not None:
-            seq = free.pop()  # fill a free slot: each sequence prefills alone, as K = 1 does
+        taken: list[_Joining] = []
+        while not stopping and free and (job := source.take(block=not (live or joining or taken))) is not None:
             job_drafter = (job.drafter or drafter) if job.speculative else None
             _check_room(job_drafter, verifier)
-            slot = steps.open_slot(SequenceView(verifier, seq), seq, job.prompt, job.config, job.rule, job_drafter,
-                                   should_stop=_either(should_stop, job.should_stop), clock=clock,
-                                   share_prompt=True, tag=job)
-            if slot.finish == "stopped" and job.should_stop is not None and job.should_stop():
-                own_stops.add(slot)  # gone before (or while) its prompt was read: no prefill wasted on it
-            live.append(slot)
-        if not live:
+            taken.append(_Joining(job, free.pop(), job_drafter, clock()))
+        if join_in_batch and (live or joining or len(taken) > 1):
+            joining += taken
+        else:
+            for entry in taken:  # each sequence prefills alone, as K = 1 does
+                if entry.job.config.reuse == "longest":  # (the exact copy is open_slot's own)
+                    copy_cached_prompt(SequenceView(verifier, entry.seq), entry.job.prompt[:-1], "longest")
+                open_slot(entry)
+        for entry in [e for e in joining if e.rest == [] or should_stop() or e.stop_requested()]:
+            joining.remove(entry)  # its prompt is in (or it was stopped: the prefill sees that and reads nothing)
+            open_slot(entry)
+        if not live and not joining:
             return
+        live.sort(key=lambda slot: slot.seq)  # batches in sequence order: see _in_order
         if should_stop():
             for slot in live:
                 slot.finish = slot.finish or "stopped"
@@ -101,17 +129,72 @@ def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter |
                 if slot.finish is None and slot.tag.should_stop is not None and slot.tag.should_stop():
                     slot.finish = "stopped"
                     own_stops.add(slot)
+            prefills = _prompt_parts(verifier, joining)
             events = _round(verifier, [drafter, *(s.drafter for s in live)], [s for s in live if s.finish is None],
-                            clock, tokens)
+                            clock, tokens, [item for _, item in prefills])
+            for entry, item in prefills:
+                entry.rest, entry.decoded = entry.rest[len(item.tokens):], entry.decoded + len(item.tokens)
             yield from _handed(events, live, clock)
         ended = [s for s in live if s.finish is not None]
         results = [(slot.tag, steps.finished(slot, clock)) for slot in ended]  # timed before the caller gets any
         for slot in ended:
             live.remove(slot)
             free.append(slot.seq)
+            free.sort(reverse=True)  # pop() hands out the lowest free sequence: live ones stay packed from 0
             stopping = stopping or (slot.finish == "stopped" and slot not in own_stops)
             own_stops.discard(slot)
         yield from _handed(results, live, clock)
+
+
+PREFILL_BUDGET = 512  # prompt tokens one verify batch takes from joining sequences: bounds how long the others wait
+
+
+@dataclass(eq=False)
+class _Joining:
+    """A job that holds a sequence while its prompt goes into the verify batches, a part per round."""
+
+    job: Job
+    seq: int
+    drafter: Drafter | None
+    taken: float  # when it got its sequence: its prefill time runs from here
+    rest: list[int] | None = None  # prompt tokens still to decode; None: not prepared yet
+    decoded: int = 0
+
+    def stop_requested(self) -> bool:
+        return self.job.should_stop is not None and self.job.should_stop()
+
+
+def _prompt_parts(verifier: MultiBackend, joining: list[_Joining]) -> list[tuple[_Joining, SeqDecode]]:
+    """This round's prompt tokens of the joining sequences (oldest first, ``PREFILL_BUDGET`` in all, no logits).
+    A sequence is prepared when it first gets here: checked, its cache trimmed to what it may keep of its prompt, or
+    the prompt copied from a sequence that holds it; one whose prompt another joiner is still reading waits for it,
+    then copies it."""
+    parts, budget = [], PREFILL_BUDGET
+    for entry in joining:
+        prefix = list(entry.job.prompt[:-1])
+        if entry.rest is None:
+            if any(other.rest and list(other.job.prompt[:-1]) == prefix for other in joining):
+                continue  # the same prompt is being read for another choice: copy it once that is done
+            view = SequenceView(verifier, entry.seq)
+            steps.check_request(view, entry.job.prompt, entry.job.config, entry.drafter, entry.job.rule)
+            copy_cached_prompt(view, prefix, entry.job.config.reuse)
+            entry.rest = prefix[prepare(view, prefix, entry.job.config.reuse):]
+        if entry.rest and budget > 0:
+            parts.append((entry, SeqDecode(entry.seq, entry.rest[:budget])))
+            budget -= len(parts[-1][1].tokens)
+    return parts
+
+
+def _in_order(verifier: MultiBackend, items: list[SeqDecode]) -> list[np.ndarray]:
+    """``decode_many`` with the items in increasing sequence order, results in the items' order. llama.cpp, whose
+    sequences each have their own KV stream, puts only consecutive sequence ids, in increasing order, into one
+    micro-batch: a batch in another order (or with gaps) is split into several, each a pass over the weights."""
+    order = sorted(range(len(items)), key=lambda i: items[i].seq)
+    decoded = verifier.decode_many([items[i] for i in order])
+    out: list[np.ndarray] = [decoded[0]] * len(items)
+    for position, i in enumerate(order):
+        out[i] = decoded[position]
+    return out
 
 
 def _handed(items: list[tuple[Job, Event]], live: list[Slot],
@@ -139,9 +222,9 @@ def _check_room(drafter: Drafter | None, verifier: MultiBackend) -> None:
 
 
 def _round(verifier: MultiBackend, drafters: Sequence[Drafter | None], live: list[Slot], clock: Callable[[], float],
-           tokens: bool) -> list[tuple[Job, Event]]:
+           tokens: bool, prefills: Sequence[SeqDecode] = ()) -> list[tuple[Job, Event]]:
     """One round for every live sequence: the six steps, batched where a model is called; the emitted tokens'
-    events when ``tokens``."""
+    events when ``tokens``. ``prefills``: joining sequences' prompt tokens, decoded in the same verify batch."""
     drafters = list({id(d): d for d in drafters if d is not None}.values())
     llama_before = steps.llama_seconds(verifier, *drafters)
     t0 = clock()
@@ -149,7 +232,8 @@ def _round(verifier: MultiBackend, drafters: Sequence[Drafter | None], live: lis
     steps.draft_all(live)  # 1. draft: one call per drafter for all its sequences
     t1 = clock()
     items = [SeqDecode(s.seq, s.verify_tokens, range(len(s.draft_tokens) + 1)) for s in live]
-    target_logits = verifier.decode_many(items) if items else []  # 2. verify: one batch for every sequence
+    items += prefills  # 2. verify: one batch for every sequence, and the joiners' prompts
+    target_logits = _in_order(verifier, items)[:len(live)] if items else []
     t2 = clock()
     llama_s = steps.llama_seconds(verifier, *drafters) - llama_before
     events: list[tuple[Job, Event]] = []

@@ -41,13 +41,7 @@ def prefill(model: Backend, prefix: Sequence[int], *, reuse: ReusePolicy = "exac
             should_stop: Callable[[], bool] = lambda: False, chunk: int = PREFILL_CHUNK) -> tuple[int, bool]:
     """Make ``model``'s cache hold exactly ``prefix``. Returns (tokens decoded, completed); a stop request
     leaves the cache holding a prefix of ``prefix`` and returns completed = False."""
-    keep = reusable(model.cached_tokens, prefix, reuse)
-    if keep and not sequence_of(model).can_rollback(keep):
-        keep = 0  # recurrent memory that cannot go back there: prefill from scratch, exactly
-    if keep == 0:
-        model.reset()
-    else:
-        model.rollback(keep)
+    keep = prepare(model, prefix, reuse)
     decoded = 0
     for start in range(keep, len(prefix), chunk):
         if should_stop():
@@ -58,21 +52,43 @@ def prefill(model: Backend, prefix: Sequence[int], *, reuse: ReusePolicy = "exac
     return decoded, True
 
 
-def copy_cached_prompt(view: SequenceView, prefix: Sequence[int]) -> None:
+def prepare(model: Backend, prefix: Sequence[int], reuse: ReusePolicy = "exact") -> int:
+    """Trim ``model``'s cache to the part of ``prefix`` it may keep (cleared when none); returns that length: what
+    is left to decode is ``prefix[keep:]`` (``prefill`` decodes it; the batched loop may send it in a shared batch)."""
+    keep = reusable(model.cached_tokens, prefix, reuse)
+    if keep and not sequence_of(model).can_rollback(keep):
+        keep = 0  # recurrent memory that cannot go back there: prefill from scratch, exactly
+    if keep == 0:
+        model.reset()
+    else:
+        model.rollback(keep)
+    return keep
+
+
+def copy_cached_prompt(view: SequenceView, prefix: Sequence[int], policy: ReusePolicy = "exact") -> None:
     """Take a prompt another sequence already holds (the same problem under another config or seed: an eval
     plan puts them side by side) by copying its KV instead of prefilling it again. When that sequence
     prefilled the same prompt, the copied cells are the ones a fresh prefill makes, so outputs do not change
     (the guarantee and the limits of "exact" reuse, which also matches by tokens); on a CPU, where a prompt
     token costs about what an output token does, this saves most of a grid's prefill. A copy the model cannot make
     exactly (recurrent memory holds only a sequence's current state: ``can_share_prefix``) is skipped, and the
-    caller prefills instead."""
+    caller prefills instead. ``policy="longest"`` (a server's requests, as llama-server's prompt cache): the longest
+    common prefix any other sequence holds is copied when it is longer than what this one keeps (a shared system
+    prompt), and only the rest is decoded."""
     if not prefix or reusable(view.cached_tokens, prefix, "exact"):
         return  # nothing to do, or this sequence's own cache already holds it
     model, n = view.model, len(prefix)
+    can_share = getattr(model, "can_share_prefix", None)
+    if policy == "longest":
+        kept = common_prefix(view.cached_tokens, prefix)
+        best = max(((common_prefix(model.tokens_of(other), prefix), other) for other in range(model.n_seq)
+                    if other != view.seq), default=(0, -1))
+        if best[0] > kept and (can_share is None or can_share(best[1], view.seq, best[0])):
+            model.share_prefix(best[1], view.seq, best[0])
+        return
     for other in range(model.n_seq):
         cached = model.tokens_of(other)
         if other != view.seq and len(cached) >= n and list(cached[:n]) == list(prefix):
-            can_share = getattr(model, "can_share_prefix", None)
             if can_share is not None and not can_share(other, view.seq, n):
                 continue
             model.share_prefix(other, view.seq, n)

@@ -49,10 +49,16 @@ class LoopSettings:
     draft_min: int = 0
     adaptive: bool = False
     draft_max: int = 3  # the server's N: the longest block a this-machine profile is measured for
+    reuse: str = "longest"  # prompt cache: keep (or copy from another slot) the longest common prefix, as
+    # llama-server does; "exact": only a whole repeated prompt, so outputs never depend on what ran before
 
 
 class Ticket:
-    """One request's choices in the batch: where their events go, and when each of them should stop."""
+    """One request's choices in the batch: where their events go, and when each of them should stop.
+
+    Events from the model thread are buffered and handed to the event loop in bursts: one wake-up of the loop for
+    whatever arrived since the last one (a round's tokens of every choice), not one per token — each wake-up is a
+    syscall and a turn of the GIL that the model thread would wait for."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, choices: int, deadline: float) -> None:
         self.loop = loop
@@ -60,6 +66,8 @@ class Ticket:
         self.cancelled = threading.Event()  # the client went away, or the response is complete
         self.done = [False] * choices  # a stop string ended this choice
         self.deadline = deadline  # time.monotonic() after which every choice stops
+        self._lock = threading.Lock()
+        self._pending: list[tuple[int, Event | Failure]] = []  # delivered, not yet on the loop's queue
 
     def should_stop(self, choice: int) -> bool:
         return self.cancelled.is_set() or self.done[choice] or time.monotonic() > self.deadline
@@ -69,10 +77,22 @@ class Ticket:
         return time.monotonic() > self.deadline
 
     def deliver(self, choice: int, event: Event | Failure) -> None:
+        """From any thread: queue the event; wake the loop only if no wake-up is pending already."""
+        with self._lock:
+            self._pending.append((choice, event))
+            if len(self._pending) > 1:
+                return  # the wake-up already scheduled takes this one too
         try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, (choice, event))
+            self.loop.call_soon_threadsafe(self._flush)
         except RuntimeError:  # the event loop is gone (shutdown): nobody is waiting any more
             pass
+
+    def _flush(self) -> None:
+        """On the event loop: move every buffered event to the queue the handler reads."""
+        with self._lock:
+            items, self._pending = self._pending, []
+        for item in items:
+            self.events.put_nowait(item)
 
 
 class Scheduler:
@@ -106,7 +126,8 @@ class Scheduler:
                 pair.close()
                 raise
             self.pair = pair
-            self.executor = BatchedExecutor(pair.verifier, pair.drafter, max_waiting=self.max_queue)
+            self.executor = BatchedExecutor(pair.verifier, pair.drafter, max_waiting=self.max_queue,
+                                            join_in_batch=True)  # a new request's prompt rides in the running batch
             self.executor.start(self._on_event, self._on_error)
             self.state = "ready"
         except UserError as exc:
@@ -170,7 +191,7 @@ class Scheduler:
                 config = GenerationConfig(draft_max=draft_max, max_tokens=max_tokens, sampling=request.sampling,
                                           seed=request.seed + i, top_alternatives=request.logprobs or 0,
                                           bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
-                                          adaptive=self.settings.adaptive,
+                                          adaptive=self.settings.adaptive, reuse=self.settings.reuse,  # type: ignore[arg-type]
                                           stop=request.stop)  # the loop ends the sequence in the round that stops
                 drafter = pair.ngram if spec.draft_kind == "ngram" and spec.drafts else None
                 jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
