@@ -129,3 +129,15 @@ def test_tune_bounds_drift_beside_accuracy():
     open_ended = recommend(summarise(drift_run(scored=False), [profile]), max_drop=2, profile=profile)
     assert open_ended.max_drift == 0.1 and open_ended.relaxed_winners == []  # the default bound for `none` tasks
     assert "drift at most 0.1 nats/token" in "\n".join(open_ended.lines())
+
+
+def test_an_open_ended_tasks_truncation_warning_speaks_of_drift_not_accuracy():
+    from relaxtui.evals.report import warnings
+
+    rows = drift_run(scored=False)
+    for row in rows:
+        row["truncated"] = True
+    lines = warnings(summarise(rows))
+    assert ("warning: strict N=3: 100% of answers hit the token budget, so its drift signals read cut-off answers; "
+            "raise --max-tokens") in lines
+    assert not any("accuracy" in line for line in lines if line.startswith("warning: strict"))

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -281,3 +283,178 @@ def test_a_damaged_task_file_fails_in_one_line(tmp_path, cut, junk):
         load_task(path).load()
     except UserError as exc:
         assert str(exc) and "\n" not in str(exc), str(exc)
+
+
+# -- a hub dataset through the real `datasets` client, offline (tests/fake_hub.py stands in for the hub) -----------
+HUB_README = b"""---
+configs:
+- config_name: en
+  data_files:
+  - split: train
+    path: en_train.jsonl
+  - split: test
+    path: en_test.jsonl
+- config_name: de
+  data_files:
+  - split: test
+    path: de_test.jsonl
+---
+# capitals (a stand-in)
+"""
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+def test_a_hub_dataset_loads_by_name_config_split_and_revision_through_datasets(tmp_path):
+    from tests.fake_hub import FakeHub, FakeRepo
+
+    with FakeHub() as hub:
+        repo = hub.add("acme/capitals", FakeRepo({
+            "README.md": HUB_README, "en_train.jsonl": jsonl([{"id": "it", "country": "Italy", "capital": "Rome"}]),
+            "en_test.jsonl": jsonl(ROWS), "de_test.jsonl": jsonl([{"id": "fr", "country": "Frankreich",
+                                                                   "capital": "Paris"}])}, "dataset"))
+        toml = BASIC.replace('path = "rows.jsonl"', f'hub = "acme/capitals"\nconfig = "en"\nsplit = "test"\n'
+                                                     f'revision = "{repo.sha}"')
+        path = tmp_path / "task.toml"
+        path.write_text(toml)
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE"))}
+        environ.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1")
+
+        def check() -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "relaxtui.cli", "tasks", "check", str(path), "--show", "2"],
+                                  env=environ, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+        result = check()
+        assert result.returncode == 0, result.stderr
+        out = result.stdout
+        assert f"hub acme/capitals (config en, split test, revision {repo.sha}): 2 rows" in out
+        assert "What is the capital of France?" in out and "What is the capital of Japan?" in out
+        assert "Italy" not in out and "Frankreich" not in out  # the other split and the other config
+        assert "gold answers: 2/2 score correct" in out
+        assert any(r.path.endswith("/en_test.jsonl") for r in hub.requests)
+        assert not any(r.path.endswith("/de_test.jsonl") for r in hub.requests)  # (datasets fetches every split)
+
+        path.write_text(toml.replace(repo.sha, "f" * 40))  # a revision the hub does not have
+        result = check()
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("relaxtui: error: ") and "acme/capitals" in result.stderr, result.stderr
+        assert f"Revision '{'f' * 40}' doesn't exist" in result.stderr, result.stderr
+
+
+# -- chat or raw completion, thinking on or off: what the verifier reads -------------------------------------------
+class TemplateModel:
+    """Just what ``sample_tokenizer`` reads of a model: a chat template that shows the roles and the thinking
+    switch, and a tokenizer that records what it was given."""
+
+    bos, eos = 1, 2
+
+    class header:  # noqa: N801 - mirrors LlamaModel.header
+        chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                         "{% if enable_thinking is defined %}<think={{ enable_thinking }}>{% endif %}<assistant>")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool, bool]] = []
+
+    def token_piece(self, token: int, special: bool = True) -> bytes:
+        return {1: b"<s>", 2: b"</s>"}[token]
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        self.calls.append((text, add_special, parse_special))
+        return [len(text)]
+
+
+def rendered(toml: str, tmp_path: Path, thinking: bool | None = None) -> tuple[str, bool, bool]:
+    from relaxtui.evals.pair import sample_tokenizer
+
+    model = TemplateModel()
+    sample = load_task(write_task(tmp_path, toml)).load()[0]
+    sample_tokenizer(model, thinking=thinking)(sample)  # type: ignore[arg-type]
+    (call,) = model.calls
+    return call
+
+
+QUESTION = "What is the capital of France? Answer with the city only."
+
+
+def test_chat_or_raw_prompts_and_thinking_reach_the_verifier(tmp_path):
+    assert rendered(BASIC, tmp_path) == (f"<user>{QUESTION}<assistant>", False, True)  # the chat template's own
+    raw = BASIC.replace("[prompt]\n", "[prompt]\nchat = false\n")
+    assert rendered(raw, tmp_path) == (QUESTION, True, False)  # the text itself, BOS added, no special tokens
+    off = BASIC.replace("[prompt]\n", "[prompt]\nthinking = false\n")
+    assert rendered(off, tmp_path) == (f"<user>{QUESTION}<think=False><assistant>", False, True)
+    on = BASIC.replace("[prompt]\n", "[prompt]\nthinking = true\n")
+    assert rendered(on, tmp_path)[0].endswith("<think=True><assistant>")
+    assert rendered(off, tmp_path, thinking=True)[0].endswith("<think=True><assistant>")  # --thinking overrides
+    system = BASIC.replace("[prompt]\n", '[prompt]\nsystem = "Be brief about {country}."\n')
+    assert rendered(system, tmp_path)[0] == f"<system>Be brief about France.<user>{QUESTION}<assistant>"
+
+
+def test_stop_strings_reach_the_generation_config(tmp_path):
+    from relaxtui.evals.results import GridPoint
+    from relaxtui.evals.runner import WorkUnit, unit_config
+
+    sample = load_task(write_task(tmp_path)).load()[0]
+    plan = EvalPlan(max_tokens=16, sampling=SamplingParams(1.0, 0, 1.0))
+    config, _ = unit_config(plan, WorkUnit(sample, GridPoint("strict", None, 3), "c", 0, 0))
+    assert config.stop == ("\n\n",)
+
+
+# -- a row that fails at run time is recorded as failed with its reason, and the run goes on ------------------------
+FAILING_ROWS = [ROWS[0], {"id": "long", "country": "Ruritania " * 40, "capital": "Strelsau"},
+                {"id": "odd", "country": "Freedonia", "capital": "Fredonia"}, ROWS[1]]
+
+
+def char_tokens(sample) -> list[int]:  # type: ignore[no-untyped-def]
+    """One token per character; the chat template refuses the "Freedonia" row (as a real one may refuse a row)."""
+    text = sample.messages[-1].content
+    if "Freedonia" in text:
+        raise UserError("the model's chat template failed: no such country")
+    return [ord(char) % 10 for char in text]
+
+
+@pytest.mark.parametrize("n_seq", [1, 2], ids=["one-sequence", "batched"])
+def test_a_row_that_fails_at_run_time_is_recorded_with_its_reason_and_the_run_goes_on(tmp_path, monkeypatch, n_seq):
+    from relaxtui.evals.report import summarise, warnings
+
+    task = load_task(write_task(tmp_path, rows=FAILING_ROWS))
+    samples = task.load()
+    judge = task.reader.judge
+
+    def crashing(parsed, gold):  # type: ignore[no-untyped-def]
+        if gold == "Tokyo":  # the reader breaks on one row
+            raise ValueError("cannot compare")
+        return judge(parsed, gold)
+
+    monkeypatch.setattr(task.reader, "judge", crashing)
+    table = np.random.default_rng(1).normal(size=(10, 10))
+    verifier = FakeBackend(lambda ctx: table[ctx[-1]], 10, n_ctx=200, pieces=PIECES, n_seq=n_seq)
+    drafter = ModelDrafter(FakeBackend(lambda ctx: table[ctx[-1]], 10, n_ctx=200, pieces=PIECES, n_seq=n_seq), 10)
+    plan = EvalPlan(rules=("strict",), draft_max=(3,), no_spec=True, max_tokens=6,
+                    sampling=SamplingParams(1.0, 0, 1.0))
+    store = ResultsStore(tmp_path / "run")
+    identity = RunIdentity({"task": task.name, "task_version": task.version})
+    run_eval(task, samples, plan, identity, store, verifier, drafter, char_tokens)
+    records = list(store.records())
+    assert len(records) == len(FAILING_ROWS) * 2  # every unit has its record: no row stopped the run
+    by_row: dict[str, list[dict]] = {}
+    for record in records:
+        by_row.setdefault(record["problem_id"], []).append(record)
+    for record in by_row["long"]:
+        assert record["failed"] and not record["correct"] and record["output_tokens"] == 0
+        assert record["detail"].startswith("failed: the prompt has ") and "the context holds 200" in record["detail"]
+        assert record["verifier_logprob"] is None and record["finish_reason"] == "failed"
+    for record in by_row["odd"]:
+        assert record["failed"] and record["detail"] == "failed: the model's chat template failed: no such country"
+    for record in by_row["jp"]:  # generated, then the reader failed on it
+        assert record["failed"] and record["output_tokens"] > 0 and not record["correct"]
+        assert record["detail"] == "failed: ValueError: cannot compare"
+    for record in by_row["fr"]:
+        assert not record["failed"] and record["output_tokens"] > 0 and record["verifier_logprob"] is not None
+    summaries = summarise(records)
+    assert [s.failed for s in summaries] == [3, 3]
+    assert "warning: strict N=3: 3 of 4 samples failed at run time and count as wrong" in "\n".join(
+        warnings(summaries))
+    run_eval(task, samples, plan, identity, store, verifier, drafter, char_tokens)  # resumed: nothing to redo
+    assert len(list(store.records())) == len(records)

@@ -6,7 +6,9 @@
 - ``relaxtui.evals.ray_executor.RayExecutor``: units on Ray actors, each running one of the two above.
 
 Records come back as units finish, which may be out of plan order: the driver keys them by (config, problem,
-seed), so resume and deduplication do not care. A unit cut short by a stop request yields no record.
+seed), so resume and deduplication do not care. A unit cut short by a stop request yields no record; a unit
+whose row cannot run (its prompt does not render or does not fit the context) yields a failed record with its
+reason (``units.failed_record``) and the run goes on.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from relaxtui.decoding.batched import Job
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import generate
+from relaxtui.errors import UserError
 from relaxtui.evals.tasks.base import Sample, Task
-from relaxtui.evals.units import WorkUnit, make_record, unit_config
+from relaxtui.evals.units import WorkUnit, failed_record, make_record, row_problem, unit_config
 from relaxtui.executors import BatchedExecutor
 
 if TYPE_CHECKING:
@@ -42,11 +45,29 @@ class Executor(Protocol):
 class _Local:
     """Local executors run on a pair the caller loaded and frees: nothing to start or close here."""
 
+    verifier: Backend
+    tokenize: Callable[[Sample], list[int]]
+    _prompts: dict[str, list[int] | str]
+
     def start(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+    def prompt(self, sample: Sample) -> list[int] | str:
+        """The sample's prompt tokens (tokenised once per sample, shared by its configs and seeds), or why its row
+        cannot run: a prompt the chat template refuses, an empty one, or one the context cannot hold."""
+        found = self._prompts.get(sample.id)
+        if found is None:
+            try:
+                tokens = self.tokenize(sample)
+            except UserError as exc:
+                found = str(exc)
+            else:
+                found = row_problem(tokens, self.verifier.n_ctx) or tokens
+            self._prompts[sample.id] = found
+        return found
 
 
 class SequentialExecutor(_Local):
@@ -54,7 +75,7 @@ class SequentialExecutor(_Local):
 
     def __init__(self, verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
         self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
-        self._prompts: dict[str, list[int]] = {}
+        self._prompts = {}
 
     def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
             should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
@@ -62,9 +83,10 @@ class SequentialExecutor(_Local):
         for unit in units:
             if should_stop():
                 return
-            prompt = self._prompts.get(unit.sample.id)
-            if prompt is None:
-                prompt = self._prompts[unit.sample.id] = self.tokenize(unit.sample)
+            prompt = self.prompt(unit.sample)
+            if isinstance(prompt, str):
+                yield failed_record(task, unit, prompt)
+                continue
             config, rule = unit_config(plan, unit)
             drafter = self.drafter if unit.point.rule else None
             finished = None
@@ -84,13 +106,12 @@ class ParallelExecutor(_Local):
     def __init__(self, verifier: MultiBackend, drafter: Drafter | None,
                  tokenize: Callable[[Sample], list[int]]) -> None:
         self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
-        self._prompts: dict[str, list[int]] = {}
+        self._prompts = {}
 
     def _jobs(self, plan: EvalPlan, units: Sequence[WorkUnit]) -> Iterator[Job]:
-        for unit in units:  # a prompt is tokenised once per sample, shared by its configs and seeds
-            prompt = self._prompts.get(unit.sample.id)
-            if prompt is None:
-                prompt = self._prompts[unit.sample.id] = self.tokenize(unit.sample)
+        for unit in units:
+            prompt = self.prompt(unit.sample)
+            assert not isinstance(prompt, str)  # run() keeps the units whose rows cannot run out of the batch
             config, rule = unit_config(plan, unit)
             yield Job(prompt, config, rule, speculative=unit.point.rule is not None, tag=unit)
 
@@ -98,8 +119,17 @@ class ParallelExecutor(_Local):
             should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
         """Yield one record per finished unit, as units finish: the units, in plan order, are the jobs of one
         ``BatchedExecutor`` run in this thread (the server's continuous batching, fed once and closed)."""
+        runnable = []
+        for unit in units:
+            if should_stop():
+                return
+            prompt = self.prompt(unit.sample)
+            if isinstance(prompt, str):
+                yield failed_record(task, unit, prompt)
+            else:
+                runnable.append(unit)
         batch = BatchedExecutor(self.verifier, self.drafter)
-        batch.submit(self._jobs(plan, units))
+        batch.submit(self._jobs(plan, runnable))
         batch.close()  # no more jobs: the run ends when these are done
         for job, finished in batch.run(should_stop, tokens=False):
             if not isinstance(finished, Finished) or finished.metrics.finish_reason == "stopped":

@@ -52,6 +52,7 @@ class ConfigSummary:
     delta: PairedDifference | None = None
     drift: dict[str, Signal] = field(default_factory=dict)  # label-free signals against the reference (drift.py)
     scored: bool = True  # False for an open-ended task (answer kind "none"): accuracy means nothing
+    failed: int = 0  # samples whose row failed at run time (scored wrong; the reason is each record's detail)
 
     @property
     def is_baseline(self) -> bool:
@@ -84,7 +85,7 @@ class ConfigSummary:
             "mean_output_tokens": self.mean_output_tokens, "truncation_rate": self.truncation_rate,
             "degeneracy_rate": self.degeneracy_rate, "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length, "tokens_per_s": self.tokens_per_s,
-            "scored": self.scored,
+            "scored": self.scored, "failed": self.failed,
             # issue 19's label-free drift signals, each {value, delta, ci_low, ci_high, pairs} against the reference
             **{name: self.drift.get(name, Signal(None, None)).as_dict() for name in SIGNALS},
             # the names before issue 18's vocabulary, kept for scripts written against them
@@ -163,6 +164,7 @@ def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
     adjusted = {name: (value / length_ratio if length_ratio else None) for name, value in proxy.items()}
     return ConfigSummary(
         drift=signals(rows, reference), scored=any(r.get("scored", True) for r in rows),
+        failed=sum(r.get("failed") is True for r in rows),
         label=_label(config), rule=config["rule"], knob=config["knob"], draft_max=config["draft_max"],
         problems=len(per_problem), samples=len(rows), accuracy=accuracy, ci95=ci95,
         mean_output_tokens=tokens / len(rows), truncation_rate=sum(r["truncated"] for r in rows) / len(rows),
@@ -298,9 +300,13 @@ def warnings(summaries: Sequence[ConfigSummary]) -> list[str]:
         lines.append(f"warning: only {problems} problem{'s' * (problems != 1)}: intervals need at least "
                      f"{MIN_INTERVAL_PROBLEMS} and are shown as n/a; rerun with a larger --limit")
     for s in summaries:
+        if s.failed:
+            lines.append(f"warning: {s.label}: {s.failed} of {s.samples} samples failed at run time and count as "
+                         "wrong; each record's detail in results.jsonl says why")
         if s.truncation_rate >= TRUNCATION_WARNING:
+            scores = "its accuracy scores" if s.scored else "its drift signals read"
             lines.append(f"warning: {s.label}: {100 * s.truncation_rate:.0f}% of answers hit the token budget, so "
-                         "its accuracy scores cut-off answers; raise --max-tokens")
+                         f"{scores} cut-off answers; raise --max-tokens")
     return lines
 
 

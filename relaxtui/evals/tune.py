@@ -113,7 +113,8 @@ class Recommendation:
         if self.task_size is not None and needed > self.task_size:
             return (f"the whole task ({self.task_size} problems) would not resolve {option} {bound:g} "
                     f"at this estimate; more seeds (--repeats) or a larger {option} might")
-        return (f"about {max(needed - ran, 1)} more problems ({needed} in all) would resolve {option} "
+        more = max(needed - ran, 1)
+        return (f"about {more} more problem{'s' * (more != 1)} ({needed} in all) would resolve {option} "
                 f"{bound:g} if the estimate holds")
 
 

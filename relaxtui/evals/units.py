@@ -22,7 +22,9 @@ from relaxtui.rules import Rule, make
 if TYPE_CHECKING:
     from relaxtui.evals.runner import EvalPlan
 
-__all__ = ["WorkUnit", "make_record", "unit_config"]
+__all__ = ["WorkUnit", "failed_record", "make_record", "row_problem", "unit_config"]
+
+FAILED = "failed: "  # how a record's detail starts when its row failed at run time (the run went on)
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,38 @@ def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any
         "per_position_accepted": list(metrics.per_position_accepted),
         "per_position_acceptance": list(metrics.per_position_acceptance),
         "decode_s": metrics.decode_s, "prefill_s": metrics.prefill_s, "tokens_per_s": metrics.tokens_per_s,
-        "finished_at": time.time(),
+        "finished_at": time.time(), "failed": score.detail.startswith(FAILED),
         # label-free drift signals (evals/drift.py); False for an open-ended task, whose `correct` means nothing
         "scored": getattr(task, "scored", True),
         **record_signals(finished.token_ids, finished.verifier_logprobs, finished.verifier_probs),
     }
+
+
+def failed_record(task: Task, unit: WorkUnit, reason: str) -> dict[str, Any]:
+    """The record of a unit whose row could not run (its prompt does not render, or does not fit the context):
+    scored wrong, with the reason in ``detail``, no output and no drift signals, so the run goes on and a resumed
+    run does not retry a row that would fail the same way."""
+    return {
+        "task": task.name, "task_version": task.version, "problem_id": unit.sample.id,
+        "config_id": unit.config_id, "config": {**asdict(unit.point), "label": unit.point.label},
+        "seed": unit.seed, "repeat": unit.repeat, "output": "", "parsed": None, "correct": False,
+        "detail": (FAILED + reason)[:300], "output_tokens": 0, "prompt_tokens": 0, "truncated": False,
+        "finish_reason": "failed", "degenerate": False, "rounds": 0, "drafted": 0, "accepted": 0,
+        "draft_lengths": [], "extra_draft_steps": 0, "full_accept_rounds": 0, "per_position_reached": [],
+        "per_position_accepted": [], "per_position_acceptance": [], "decode_s": 0.0, "prefill_s": 0.0,
+        "tokens_per_s": 0.0, "finished_at": time.time(), "failed": True, "scored": getattr(task, "scored", True),
+        **record_signals([], (), ()),
+    }
+
+
+def row_problem(prompt: list[int], n_ctx: int) -> str | None:
+    """Why a row's prompt cannot run on a context of ``n_ctx`` tokens (None when it can): the row-level part of
+    the loop's request checks, made before a unit starts so that one row never stops a whole run."""
+    if not prompt:
+        return "the prompt is empty"
+    if len(prompt) >= n_ctx:
+        return f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}; raise --ctx-size or shorten it"
+    return None
 
 
 def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule | None]:
