@@ -52,7 +52,8 @@ class JobQueue:
         with self._ready:
             if self._closed:
                 raise Closed("the executor is closed")
-            if self.limit is not None and len(self._jobs) + len(jobs) > self.limit:
+            # an empty queue takes a whole request (free slots take from it at once); the caller bounds its size
+            if self.limit is not None and self._jobs and len(self._jobs) + len(jobs) > self.limit:
                 raise QueueFull(f"{len(self._jobs)} jobs are waiting (at most {self.limit})")
             self._jobs.extend(jobs)
             self._ready.notify()

@@ -339,6 +339,9 @@ BAD = [  # (path, body, param named in the error)
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+    # below 1e-5 logits / T overflow: NaN draws on the model thread failed every request in the batch
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": 1e-308}, "temperature"),
+    ("/v1/completions", {"prompt": [0], "n": 100}, "n"),  # 100 sequences never fit 64 queued + 2 slots: not a 503
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}, "max_tokens"),
@@ -544,3 +547,29 @@ def test_a_prompt_that_starts_like_an_earlier_one_reads_only_the_rest():
         assert again.model_extra["timings"]["cache_n"] == 5 and again.model_extra["timings"]["prompt_n"] == 2
         fresh = alone([1, 2, 3, 4, 5, 0, 2], GenerationConfig(draft_max=3, max_tokens=5, sampling=GREEDY))
         assert again.choices[0].text == fresh.text
+
+
+def test_a_strict_knob_of_minus_infinity_is_strict_json_in_both_reply_kinds():
+    """casc-opt's strict setting is -inf: a reply names it "-inf" (a bare -Infinity is not JSON, and a JSON
+    response refused it with a 500)."""
+    with running() as (url, _):
+        body = {"prompt": [0, 1], "max_tokens": 4, "speculative": {"rule": "casc-opt:-inf"}}
+        status, _, payload = raw(url, "POST", "/v1/completions", body)
+        assert status == 200, payload
+        assert json.loads(payload)["relaxtui"]["stats"]["alpha"] == "-inf"
+        status, _, payload = raw(url, "POST", "/v1/completions", {**body, "stream": True})
+        chunks = [line.removeprefix(b"data: ") for line in payload.splitlines() if line.startswith(b"data: {")]
+        assert status == 200 and chunks
+        parsed = [json.loads(chunk, parse_constant=lambda name: pytest.fail(f"non-JSON constant {name}"))
+                  for chunk in chunks]
+        assert any(chunk.get("relaxtui", {}).get("stats", {}).get("alpha") == "-inf" for chunk in parsed)
+
+
+def test_an_idle_server_takes_a_request_larger_than_the_queue_limit():
+    """n = 4 choices on 2 slots with --max-queue 2: more than the queue holds, yet it fits (the slots take two at
+    once); it was refused as "busy, retry later" on an idle server. One more can never fit: a 400."""
+    with running(max_queue=2) as (url, _):
+        reply = client(url).completions.create(model="x", prompt=[0, 1], max_tokens=3, n=4)
+        assert len(reply.choices) == 4
+        status, _, payload = raw(url, "POST", "/v1/completions", {"prompt": [0], "n": 5})
+        assert status == 400 and json.loads(payload)["error"]["param"] == "n"

@@ -126,6 +126,10 @@ def test_carry_over_verdicts_on_hand_made_summaries():
     wide = carry_over("d", [strict, summary("ensemble(0.2) N=2", "ensemble", 1, 1.4)], setting,
                       max_drop=5, max_drift=None, profile="unit")
     assert [c.verdict for c in (held, broken, slower, wide)] == ["holds", "breaks", "slower", "unresolved"]
+    # a mean exactly on the bound (1 loss in 50 = -2 points, --max-drop 2): no sample settles it; it does not break
+    edge = carry_over("e", [strict, summary("ensemble(0.2) N=2", "ensemble", 1, 1.4)], setting, max_drop=2,
+                      max_drift=None, profile="unit")
+    assert edge.verdict == "unresolved" and "too close to -2 points" in edge.reasons[0], edge
     assert "not faster than strict here: 1.00x vs strict 1.10x (priced unit)" in slower.reasons
     assert "problems in all would settle --max-drop 5" in wide.reasons[0]
     lines = carry_lines(setting, "recommended", "src", [held, broken, slower, wide])

@@ -14,6 +14,8 @@ import numpy as np
 
 from relaxtui.errors import NumericsError, UserError
 
+MIN_TEMPERATURE = 1e-5  # below this (and above 0) logits / T overflow to inf and every draw is NaN: vLLM's epsilon
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -24,6 +26,9 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and np.isfinite(self.temperature)):
             raise UserError(f"--temperature must be >= 0 (got {self.temperature})")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise UserError(f"--temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (got "
+                            f"{self.temperature:g}: logits / T would overflow)")
         if self.top_k < 0:
             raise UserError(f"--top-k must be >= 0, 0 = off (got {self.top_k})")
         if not 0 < self.top_p <= 1:

@@ -49,8 +49,10 @@ def _accuracy(s: ConfigSummary, max_drop: float) -> tuple[str, str]:
     bounds = "" if math.isnan(interval.low) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
     shown = f"Δacc {100 * interval.mean:+.1f}{bounds} on {delta.pairs} pairs"
     needed = problems_to_resolve(delta, max_drop / 100)
-    if needed is None:
+    if needed is None and interval.mean < -max_drop / 100:
         return "breaks", f"{shown}: loses more than {max_drop:g} points"
+    if needed is None:  # the mean sits on the bound: no sample size would settle it
+        return "unresolved", f"{shown}: too close to -{max_drop:g} points for any sample to settle"
     if needed > interval.n:
         return "unresolved", f"{shown}: about {needed} problems in all would settle --max-drop {max_drop:g}"
     return "holds", f"{shown}, within -{max_drop:g} points"
@@ -62,8 +64,10 @@ def _drift(s: ConfigSummary, max_drift: float) -> tuple[str, str]:
         return "unresolved", "no drift measured"
     shown = drift_text(s).removeprefix(", ")
     needed = drift_needed(s, max_drift)
-    if needed is None:
+    if needed is None and difference.interval.mean < -max_drift:
         return "breaks", f"{shown}: drifts more than {max_drift:g} nats/token"
+    if needed is None:  # the mean sits on the bound: no sample size would settle it
+        return "unresolved", f"{shown}: too close to -{max_drift:g} nats/token for any sample to settle"
     if needed > difference.interval.n:
         return "unresolved", f"{shown}: about {needed} problems in all would settle --max-drift {max_drift:g}"
     return "holds", f"{shown}, within -{max_drift:g}"

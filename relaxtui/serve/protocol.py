@@ -18,7 +18,7 @@ from typing import Any
 
 from relaxtui.decoding.drafters import DRAFT_KINDS as drafter_kinds
 from relaxtui.decoding.loop import MAX_DRAFT
-from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.decoding.sampling import MIN_TEMPERATURE, SamplingParams
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.rules import RULES, make, split_spec
@@ -228,6 +228,8 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_voc
 
 def parse_sampling(body: dict[str, Any], default: SamplingParams) -> SamplingParams:
     temperature = get_number(body, "temperature", 0.0, 100.0)
+    if temperature is not None and 0 < temperature < MIN_TEMPERATURE:
+        raise bad("temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}: logits / T would overflow")
     top_p = get_number(body, "top_p", 0.0, 1.0, low_open=True)
     top_k = get_int(body, "top_k", -1, 2**31 - 1)
     return SamplingParams(default.temperature if temperature is None else temperature,

@@ -160,6 +160,11 @@ def timings(totals: Totals) -> dict[str, Any]:
     }
 
 
+def _knob(knob: float | None) -> float | str | None:
+    """A knob as JSON: -inf (casc-opt and casc-tok's strict setting) as the string "-inf", not -Infinity."""
+    return knob if knob is None or math.isfinite(knob) else str(knob)
+
+
 def stats(totals: Totals, speculative: Speculative, profile: CostProfile) -> dict[str, Any]:
     """relaxtui's view: what ran, acceptance, mean accepted length, and the speed-up priced by the profile."""
     try:
@@ -169,7 +174,7 @@ def stats(totals: Totals, speculative: Speculative, profile: CostProfile) -> dic
     except UserError:  # a block longer than the profile measures
         speedup = None
     return {
-        "rule": speculative.rule, "alpha": speculative.knob, "draft_max": speculative.draft_max,
+        "rule": speculative.rule, "alpha": _knob(speculative.knob), "draft_max": speculative.draft_max,
         "draft_kind": speculative.draft_kind, "rounds": totals.rounds, "num_drafts": totals.drafts,
         "num_draft_tokens": totals.draft_tokens, "num_accepted_tokens": totals.accepted_tokens,
         "num_accepted_tokens_per_pos": list(totals.accepted_per_position),

@@ -280,4 +280,4 @@ def _chunk(out: Reply, c: Choice, delta: dict[str, Any] | None, pieces: list[Pie
 
 
 def _data(body: dict[str, Any]) -> str:
-    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+    return f"data: {json.dumps(body, ensure_ascii=False, allow_nan=False)}\n\n"  # strict JSON for every client

@@ -202,6 +202,10 @@ class Scheduler:
         """Queue a request's jobs, all or none: 503 (with Retry-After) while loading, when full, or shutting down."""
         if self.state != "ready" or self.executor is None:
             raise self.unavailable()
+        slots = self.pair.verifier.n_seq if self.pair is not None else 1
+        if len(jobs) > self.max_queue + slots:  # never fits: a 400, not a 503 a client would retry forever
+            raise bad("n", f"{len(jobs)} sequences (prompts x n) can never be queued: at most --max-queue "
+                           f"{self.max_queue} + {slots} slots")
         try:
             self.executor.submit(jobs)
         except QueueFull:
