@@ -195,3 +195,31 @@ def test_smollm2_gives_the_same_tokens_on_both_paths(test_model_path, rule_spec)
         assert len(outputs[0]) > 10
         assert [t[:2] for t in outputs[0]] == [t[:2] for t in outputs[1]]
         assert max(abs(a[2] - b[2]) for a, b in zip(*outputs, strict=True)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("bonus", ["auto", "target", "relaxed"])
+def test_both_paths_agree_with_drafter_supports_a_relaxed_bonus_and_drafts_outside_q(bonus):
+    """The cases the first test leaves out: supports handed over by the drafter (as ModelDrafter does), the bonus
+    policies with an extra drafter step for q at N+1, and drafted tokens q gives no mass (n-gram style one-hot q
+    elsewhere, or an arbitrary id): the same tokens, verdicts and numbers on both paths."""
+    sampling = SamplingParams(0.8, 16, 0.9)
+    for seed in range(60):
+        for name, knob in SUPPORT_RULES[seed % len(SUPPORT_RULES)::7]:
+            rule = make(name, knob, temperature=0.8)
+            tokens, q, q_logits, target = round_inputs(seed, 1500, 1 + seed % 3, sampling)
+            if seed % 3 == 0:  # a token q gives no mass: judged (and rejected) like on the dense path
+                tokens[0] = int(np.flatnonzero(q[0] == 0)[seed])
+            supports = tuple(np.flatnonzero(row) for row in q) if seed % 2 else ()
+            extra = rows(seed + 20_000, 1, 1500)[0]
+
+            def step(extra: np.ndarray = extra) -> tuple[np.ndarray, np.ndarray]:
+                return process(extra, sampling), extra
+
+            got = [accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed),
+                                bonus_draft=step, bonus=bonus, dense=dense, draft_supports=supports)
+                   for dense in (False, True)]
+            assert [(e.token_id, e.verdict) for e in got[0]] == [(e.token_id, e.verdict) for e in got[1]]
+            for a, b in zip(*got, strict=True):
+                for field in ("p_x", "pi_x", "accept_prob", "logp_x"):
+                    x, y = getattr(a, field), getattr(b, field)
+                    assert (x is None) == (y is None) and (x is None or abs(x - y) <= TOLERANCE), (field, x, y)
