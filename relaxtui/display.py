@@ -30,3 +30,19 @@ def one_line(text: object) -> str:
     """``text`` as one line of printable text: whitespace runs (newlines too) become one space, then
     ``terminal_text`` escapes what is left."""
     return terminal_text(" ".join(str(text).split()))
+
+
+def type_name(value: object, *, array: str = "a list", table: str = "an object") -> str:
+    """What a decoded value is, in words for a one-line error: JSON readers say list (or array) and object,
+    TOML ones array and table (``array``/``table``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return array
+    return table if isinstance(value, dict) else type(value).__name__

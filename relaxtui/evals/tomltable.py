@@ -10,20 +10,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from relaxtui.display import type_name
 from relaxtui.errors import UserError
 
 
 def describe(value: Any) -> str:
     """A TOML-ish name for the type of ``value``, for error messages."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "a table" if isinstance(value, dict) else type(value).__name__
+    return type_name(value, array="an array", table="a table")
 
 
 class Table:

@@ -19,6 +19,7 @@ from typing import Any
 from relaxtui.decoding.drafters import DRAFT_KINDS as drafter_kinds
 from relaxtui.decoding.loop import MAX_DRAFT
 from relaxtui.decoding.sampling import MIN_TEMPERATURE, SamplingParams
+from relaxtui.display import type_name
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.rules import RULES, make, split_spec
@@ -123,15 +124,7 @@ def read_json(raw: bytes) -> dict[str, Any]:
 
 
 def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
+    return type_name(value, array="an array")
 
 
 def get_bool(body: dict[str, Any], name: str, default: bool, where: str = "") -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from relaxtui.display import type_name
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 
@@ -83,17 +84,7 @@ def bad(where: str, what: str) -> UserError:
 
 def describe(value: Any) -> str:
     """A JSON-ish name for the type of ``value``, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return "an object" if isinstance(value, dict) else type(value).__name__
+    return type_name(value)
 
 
 def json_problem(exc: Exception) -> str:
