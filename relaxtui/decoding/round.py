@@ -179,9 +179,9 @@ def draft_all(slots: Sequence[Slot]) -> None:
 def _checkpoint(slot: Slot) -> None:
     """Before the verify batch: save the verifier's state when a rejection could need a rollback deeper than its
     recurrent-state snapshots (a KV cache, or drafts within the snapshots, need none)."""
-    limit = getattr(slot.verifier, "rollback_limit", None)  # None: a KV cache (or a model that does not say)
-    slot.saved = (sequence_of(slot.verifier).checkpoint() if limit is not None and len(slot.draft_tokens) > limit
-                  else None)
+    view = sequence_of(slot.verifier)
+    limit = view.rollback_limit  # None: a KV cache (or a model that does not say)
+    slot.saved = view.checkpoint() if limit is not None and len(slot.draft_tokens) > limit else None
 
 
 def _one_hot(draft: Draft, vocab: int) -> Draft:
