@@ -176,7 +176,7 @@ def mutated_listings(draw: st.DrawFn) -> bytes:
     doc: Any = copy.deepcopy(VALID)
     for _ in range(draw(st.integers(1, 3))):
         path = draw(st.sampled_from(list(_places(doc))))
-        value = draw(json_values)
+        value = copy.deepcopy(draw(json_values))  # NASTY holds lists and dicts: mutating them changed later draws
         if not path:
             doc = value
             continue
