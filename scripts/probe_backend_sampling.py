@@ -9,6 +9,12 @@ per sequence") until it is raised; with a top-k chain ``llama_get_logits_ith`` r
 (as many as candidates, in candidate order), not the whole row; a greedy chain still returns the whole row.
 
     .venv/bin/python scripts/probe_backend_sampling.py MODEL.gguf [--chain topk|topk-temp-topp|greedy] [--rows 4]
+
+``--sequences`` checks relaxtui's own candidate sampler (``relaxtui.engine.candidates``) on a context of four
+sequences instead: every pattern of 0..3 tokens per sequence, all rows asked for, the candidates' argmax against a
+twin context's whole rows. On 0.3.36 a few patterns come back wrong (e.g. 2 tokens each for sequences 1 and 3:
+sequence 3's first row holds another row's candidates), which is why ``LlamaModel.set_candidates`` keeps whole rows
+on contexts of several sequences.
 """
 
 from __future__ import annotations
@@ -62,15 +68,53 @@ def decode(ctx: int, tokens: list[int], start: int, rows: int) -> float:
     return seconds
 
 
+def sequences(path: str, threads: int) -> None:
+    """Candidate rows on a context of four sequences against whole rows, for every small length pattern."""
+    import itertools
+
+    from relaxtui.decoding.backend import SeqDecode
+    from relaxtui.decoding.sampling import RowSpec
+    from relaxtui.engine.llama import LlamaModel
+
+    def run(model: LlamaModel, lengths: tuple[int, ...]) -> list:
+        for seq in range(4):
+            model.rollback_seq(seq, 0)
+        prompts = [model.tokenize(t) for t in ("The cat sat on", "Once upon a time", "def f(x):", "Hello there")]
+        model.decode_many([SeqDecode(seq, prompt, []) for seq, prompt in enumerate(prompts)])
+        return model.decode_many([SeqDecode(seq, list(range(100, 100 + n)), range(n))
+                                  for seq, n in enumerate(lengths) if n])
+
+    with LlamaModel(path, n_ctx=128, n_seq=4, n_threads=threads) as whole, \
+            LlamaModel(path, n_ctx=128, n_seq=4, n_threads=threads) as top:
+        for seq in range(4):
+            top._candidates.set(seq, RowSpec(1))  # past the gate in set_candidates, on purpose
+        wrong = 0
+        for lengths in itertools.product(range(4), repeat=4):
+            if not any(lengths):
+                continue
+            pairs = zip(run(whole, lengths), run(top, lengths), strict=True)
+            bad = [(item, row) for item, (rows, found) in enumerate(pairs)
+                   for row, (logits, candidates) in enumerate(zip(rows, found, strict=True))
+                   if int(np.argmax(logits)) != int(candidates.ids[0])]
+            if bad:
+                wrong += 1
+                print(f"tokens per sequence {lengths}: wrong rows (item, row) {bad}")
+        print(f"{wrong} of {4 ** 4 - 1} patterns hand some row of the wrong token")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
+    parser.add_argument("--sequences", action="store_true", help="relaxtui's sampler on four sequences")
     parser.add_argument("--chain", choices=["topk", "topk-temp-topp", "greedy"], default="topk")
     parser.add_argument("--top-k", type=int, default=20)
     parser.add_argument("--rows", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    if args.sequences:
+        sequences(args.model, args.threads)
+        return
     lib.llama_backend_init()
     params = lib.llama_model_default_params()
     params.n_gpu_layers = 0

@@ -20,7 +20,7 @@ from relaxtui.decoding.drafters import DRAFT_KINDS, KINDS, DrafterOptions, make_
 from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.decoding.sampling import SamplingParams, process, sample
+from relaxtui.decoding.sampling import SamplingParams, process, sample, scatter
 from relaxtui.errors import UserError
 from relaxtui.rules import PAPER_GRID, make
 from tests.conftest import VOCAB
@@ -335,12 +335,14 @@ def both_loops(drafter_for, config: GenerationConfig, rule=None, k: int = 2) -> 
 
 @pytest.fixture
 def seen(monkeypatch):
-    """What the round hands the acceptance step: (draft tokens, q rows, drafter logits) of every round."""
+    """What the round hands the acceptance step: (draft tokens, q rows, drafter logits) of every round (q as whole
+    rows: built from q on its support where only that came, as a one-hot draft's does)."""
     calls = []
     real = steps.accept_round
 
     def spy(tokens, probs, logits, *args, **kwargs):
-        calls.append((list(tokens), probs, logits))
+        q = kwargs.get("draft_q", ())
+        calls.append((list(tokens), probs if probs is not None or not q else scatter(q, VOCAB), logits))
         return real(tokens, probs, logits, *args, **kwargs)
 
     monkeypatch.setattr(steps, "accept_round", spy)

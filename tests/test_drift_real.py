@@ -70,7 +70,8 @@ def test_the_verifier_logprob_equals_a_teacher_forced_recomputation(test_model_p
             prompt = prompt_tokens(model, text)
             model.reset()
             twin.reset()
-            config = GenerationConfig(draft_max=draft_max, max_tokens=48, sampling=SamplingParams(temperature=0.0))
+            config = GenerationConfig(draft_max=draft_max, max_tokens=48, sampling=SamplingParams(temperature=0.0),
+                                      logprobs=True)  # greedy on candidate rows: the engine adds the normaliser
             events = list(generate(model, prompt, config, drafter=drafter))
             finished = events[-1]
             assert isinstance(finished, Finished) and len(finished.token_ids) > 8
@@ -95,7 +96,7 @@ def markov(seed: int, scale: float = 2.0) -> FakeBackend:
 
 def run(rule: str | None, knob: float | None, seed: int) -> dict[str, float | None]:
     sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0)  # a narrow support: 3 of 12 tokens
-    config = GenerationConfig(draft_max=3, max_tokens=60, sampling=sampling, seed=seed)
+    config = GenerationConfig(draft_max=3, max_tokens=60, sampling=sampling, seed=seed, logprobs=True)
     events = list(generate(markov(1), [0], config, drafter=ModelDrafter(markov(2), 12),
                            rule=make(rule, knob, temperature=1.0) if rule else None))
     finished = events[-1]
@@ -126,7 +127,7 @@ def test_both_loops_record_the_same_per_token_numbers():
         return FakeBackend(lambda ctx: source[ctx[-1]], 12, n_seq=n_seq)
 
     sampling = SamplingParams(temperature=1.0, top_k=4, top_p=1.0)
-    jobs = [Job([seed % 12], GenerationConfig(draft_max=3, max_tokens=30, sampling=sampling, seed=seed),
+    jobs = [Job([seed % 12], GenerationConfig(draft_max=3, max_tokens=30, sampling=sampling, seed=seed, logprobs=True),
                 make("ensemble", 0.5, temperature=1.0), tag=seed) for seed in range(4)]
     many = {job.tag: done for job, done in generate_many(fake(table, 4), jobs,
                                                            drafter=ModelDrafter(fake(draft_table, 4), 12))}

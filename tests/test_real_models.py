@@ -8,7 +8,7 @@ import pytest
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, TokenEvent, Verdict
 from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.decoding.sampling import SamplingParams, argmax
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.session import ModelOptions, load_pair, prompt_tokens
 
@@ -20,7 +20,7 @@ class RecordingBackend:
 
     def __init__(self, inner):
         self.inner = inner
-        self.batches: list[np.ndarray] = []
+        self.batches: list = []  # whole rows, or the engine's candidate rows (TopLogits)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -124,4 +124,4 @@ def test_embedded_pair_greedy_tokens_are_verifier_argmaxes(embedded_paths):
         batch = recorder.batches[index]
         for event in round_events:
             row = max(event.draft_position, 1) - 1
-            assert event.token_id == int(np.argmax(batch[row])), (index, event)
+            assert event.token_id == argmax(batch[row]), (index, event)  # a whole row or the engine's candidates

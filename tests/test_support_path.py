@@ -170,11 +170,12 @@ def test_the_emitted_token_law_holds_through_the_support_path(name, knob):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("rule_spec", [("strict", None), ("cactus", 1.0), ("mentored", 0.7)])
-def test_smollm2_gives_the_same_tokens_on_both_paths(test_model_path, rule_spec):
-    """Sampled (the paper's T 0.6, top-k 20, top-p 0.95) with SmolLM2 drafting for itself: the support path and
-    whole rows emit the same tokens, verdicts and log-probabilities from the same seeds (greedy has one path:
-    exact argmax matching, the same code either way)."""
+@pytest.mark.parametrize("rule_spec,temperature", [(("strict", None), 0.6), (("cactus", 1.0), 0.6),
+                                                   (("mentored", 0.7), 0.6), (("strict", None), 0.0)])
+def test_smollm2_gives_the_same_tokens_on_both_paths(test_model_path, rule_spec, temperature):
+    """The paper's sampling (T 0.6, top-k 20, top-p 0.95) and greedy, SmolLM2 drafting for itself: candidate rows
+    from llama.cpp's backend sampling and whole rows emit the same tokens and verdicts from the same seeds, and —
+    with log-probabilities asked for — the same log p(x) at T=1; without, the candidate path reports none."""
     from relaxtui.engine.llama import LlamaModel
     from relaxtui.session import prompt_tokens
 
@@ -182,19 +183,22 @@ def test_smollm2_gives_the_same_tokens_on_both_paths(test_model_path, rule_spec)
     with LlamaModel(test_model_path, n_ctx=512, n_threads=1) as model, \
             LlamaModel(test_model_path, n_ctx=512, n_threads=1) as twin:
         prompt = prompt_tokens(model, "Write a haiku about the sea.")
-        outputs = []
-        for dense in (False, True):
+        outputs, copied = [], []
+        for dense, logprobs in ((False, True), (True, False), (False, False)):
             model.reset()
             twin.reset()
-            config = GenerationConfig(draft_max=3, max_tokens=40, sampling=SamplingParams(0.6, 20, 0.95), seed=5,
-                                      dense_rows=dense)
+            config = GenerationConfig(draft_max=3, max_tokens=40, sampling=SamplingParams(temperature, 20, 0.95),
+                                      seed=5, dense_rows=dense, logprobs=logprobs)
             events = list(generate(model, prompt, config, drafter=ModelDrafter(twin, model.n_vocab),
-                                   rule=make(name, knob, temperature=0.6)))
+                                   rule=make(name, knob, temperature=temperature or 1.0)))
             assert isinstance(events[-1], Finished)
             outputs.append([(e.token_id, e.verdict, e.logp_x) for e in events if isinstance(e, TokenEvent)])
+            copied.append(events[-1].metrics.copied_bytes / events[-1].metrics.rounds)
         assert len(outputs[0]) > 10
-        assert [t[:2] for t in outputs[0]] == [t[:2] for t in outputs[1]]
-        assert max(abs(a[2] - b[2]) for a, b in zip(*outputs, strict=True)) <= TOLERANCE
+        assert [t[:2] for t in outputs[0]] == [t[:2] for t in outputs[1]] == [t[:2] for t in outputs[2]]
+        assert max(abs(a[2] - b[2]) for a, b in zip(outputs[0], outputs[1], strict=True)) <= TOLERANCE
+        assert all(t[2] is None for t in outputs[2])
+        assert copied[0] < 8 * 1024 < 4 * model.n_vocab <= copied[1]  # a few hundred bytes a row, not whole rows
 
 
 @pytest.mark.parametrize("bonus", ["auto", "target", "relaxed"])

@@ -19,12 +19,12 @@ import numpy as np
 
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.costmodel.timing import Timing, c_rel_problem, measure_many, rewinder, size_ratio
-from relaxtui.decoding.acceptance import Emitted, accept_round
-from relaxtui.decoding.backend import Backend
+from relaxtui.decoding.acceptance import Emitted, accept_round, row_spec
+from relaxtui.decoding.backend import Backend, sequence_of
 from relaxtui.decoding.drafting import Drafter, DraftRequest
 from relaxtui.decoding.events import RoundTiming, Verdict
 from relaxtui.decoding.loop import _event
-from relaxtui.decoding.sampling import SamplingParams, process
+from relaxtui.decoding.sampling import SamplingParams, argmax, process
 from relaxtui.engine.text import StreamDecoder
 from relaxtui.rules import Rule
 from relaxtui.rules.strict import Strict
@@ -118,10 +118,11 @@ def _verify_block(verifier: Backend, k: int, sampling: SamplingParams, rule: Rul
     """Decode a k-token block, accept its k-1 drafts as the loop would, roll back."""
     back = rewinder(verifier)  # a rollback, or on recurrent memory a checkpoint restored
     block = list(verifier.cached_tokens[-k:])  # real, distinct tokens, as a draft block would be
-    logits = verifier.decode(block, logits_rows=range(k))
-    drafts = [int(np.argmax(row)) for row in logits[: k - 1]]  # likely accepted: the costly path
+    logits = verifier.decode(block, logits_rows=range(k))  # whole rows or the engine's candidates, as the loop's
+    drafts = [argmax(row) for row in logits[: k - 1]]  # likely accepted: the costly path
     probs = np.stack([process(row, sampling) for row in logits[: k - 1]]) if k > 1 else np.empty((0, 0))
-    accept_round(drafts, probs, logits[: k - 1] if k > 1 else None, logits, rule, sampling, rng)
+    whole = isinstance(logits, np.ndarray)
+    accept_round(drafts, probs, logits[: k - 1] if k > 1 and whole else None, logits, rule, sampling, rng)
     back()
 
 
@@ -140,12 +141,15 @@ def _emit_seconds(verifier: Backend, tokens: Sequence[int], repeats: int = 200) 
 
 def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sampling: SamplingParams,
               rule: Rule | None = None, context: Sequence[int] = DEFAULT_CONTEXT, repeats: int = 5,
-              seed: int = 0) -> LoopCosts:
+              seed: int = 0, whole_rows: bool = False) -> LoopCosts:
     """Time every part of a round for blocks of 1..max_block tokens (drafts of 0..max_block-1); drafting is timed
     for a drafter that declares it runs a model (sequence 0), else priced at nothing. Leaves both caches empty, as
     a fresh generation expects (its prefill decodes the prompt again)."""
     rule = rule or Strict()
     rng = np.random.default_rng(seed)
+    rows = sequence_of(verifier)  # the rows a generation with this rule and sampling runs on (row_spec), timed so
+    if not rows.use_candidates(row_spec(rule, sampling, verifier.n_vocab, dense=whole_rows)):
+        rows.use_candidates(None)
     timed_drafter = drafter if drafter is not None and drafter.traits.holds_model else None
     held = timed_drafter.traits.n_ctx if timed_drafter is not None else None
     room = min(verifier.n_ctx, held if held is not None else verifier.n_ctx) - max_block - 4
@@ -166,7 +170,7 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
     def draft(n: int, tokens: Sequence[int] = context) -> Callable[[], object]:
         # the cache holds the context (and the last draft): a round's re-sync decodes one token, as after a
         # rejection; then n - 1 more steps
-        request = DraftRequest(0, tokens, n, sampling, rng)
+        request = DraftRequest(0, tokens, n, sampling, rng, whole_rows=whole_rows or rule.needs_logits)
         return lambda: timed_drafter.draft([request])  # type: ignore[union-attr]
 
     draft_extended = draft(1, extended)
@@ -197,6 +201,7 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
     medians = {name: t.median for name, t in zip(names, timings, strict=True)}
     emit = _emit_seconds(verifier, context)
     verifier.reset()
+    rows.use_candidates(None)
     verify_s = tuple(medians[f"verify{k}"] for k in range(1, max_block + 1))
     draft_s: tuple[float, ...] = (0.0,) * (max_block - 1)  # a drafter with no model (n-gram) costs ~nothing
     resync = drafter_single = 0.0

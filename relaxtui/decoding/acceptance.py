@@ -18,11 +18,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from relaxtui.decoding.events import Verdict
-from relaxtui.decoding.sampling import Candidates, SamplingParams, bounds_support, candidates, process, sample
+from relaxtui.decoding.sampling import (
+    Candidates,
+    Row,
+    RowSpec,
+    SamplingParams,
+    TopLogits,
+    bounds_support,
+    candidates,
+    process,
+    sample,
+    scatter,
+)
 from relaxtui.errors import NumericsError
 from relaxtui.rules.base import Rule, require_finite, residual
 
-DraftStep = Callable[[], tuple[np.ndarray, np.ndarray]]  # one extra drafter step: (q, raw logits) at N+1
+DraftStep = Callable[[], tuple[np.ndarray, np.ndarray | None]]  # one extra drafter step: (q, raw logits) at N+1
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,7 @@ class Emitted:
     p_row: np.ndarray | None = None  # the distributions behind the token, for top-alternative lookups
     q_row: np.ndarray | None = None
     row_ids: np.ndarray | None = None  # the token ids p_row/q_row are over (support path); None: the vocabulary
+    q_ids: np.ndarray | None = None  # the ids q_row is over when they are not row_ids (greedy on candidate rows)
     logp_x: float | None = None  # log p(x) under the verifier's raw row at temperature 1 (the drift signal)
 
 
@@ -48,31 +60,63 @@ def takes_support(rule: Rule, sampling: SamplingParams, vocab_size: int) -> bool
     return not sampling.greedy and not rule.needs_logits and bounds_support(sampling, vocab_size)
 
 
-def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits: np.ndarray | None,
-                 target_logits: np.ndarray, rule: Rule, sampling: SamplingParams, rng: np.random.Generator,
+def row_spec(rule: Rule, sampling: SamplingParams, vocab_size: int, *, dense: bool = False, logprobs: bool = False,
+             alternatives: int = 0) -> RowSpec | None:
+    """The verifier rows a generation can run on: candidates from the engine (its top k) when the support path
+    applies and top-k bounds it (top-p alone needs the whole row sorted), or the argmax at greedy; None: whole rows.
+    ``logprobs``/``alternatives``: a consumer reads log p(x) at T=1 or the top alternatives' probabilities, so the
+    engine adds the row's normaliser (a pass over the vocabulary, in the graph); log p(x) of every token from a rule
+    that may emit outside p's support (so outside the top k) needs whole rows."""
+    if dense or rule.needs_logits:
+        return None
+    if sampling.greedy:
+        return RowSpec(max(1, alternatives), logprobs or alternatives > 0)
+    if logprobs and rule.may_leave_support:
+        return None
+    if takes_support(rule, sampling, vocab_size) and 0 < sampling.top_k < vocab_size:
+        return RowSpec(sampling.top_k, logprobs)
+    return None
+
+
+def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_logits: np.ndarray | None,
+                 target_logits: np.ndarray | Sequence[TopLogits], rule: Rule, sampling: SamplingParams,
+                 rng: np.random.Generator,
                  bonus_draft: DraftStep | None = None, bonus: str = "auto", dense: bool = False,
-                 draft_supports: Sequence[np.ndarray] = ()) -> list[Emitted]:
+                 draft_supports: Sequence[np.ndarray] = (), draft_q: Sequence[Candidates] = ()) -> list[Emitted]:
     """Emit 1..N+1 tokens for one round.
 
     draft_probs: [N, vocab] processed q_i; draft_logits: [N, vocab] raw drafter logits (or None);
-    target_logits: [N+1, vocab] raw verifier logits of the batch [last, x_1..x_N].
+    target_logits: [N+1, vocab] raw verifier logits of the batch [last, x_1..x_N], or N+1 ``TopLogits`` (the
+    engine's candidate rows, ``row_spec``).
     bonus_draft: returns (q, logits_q) at position N+1 (one extra drafter step), for a relaxed bonus.
     bonus: "auto" (the rule's own policy: relaxed for scd, p otherwise), "target" (always p) or "relaxed"
     (the rule's target at N+1 for every rule); a verifier-only step always samples p.
     dense: whole rows even where the support path applies (``takes_support``).
     draft_supports: per position, the ascending ids where q_i > 0, when the drafter knows them (else found).
+    draft_q: per position, q_i on its support (a drafter on candidate rows hands only these: ``draft_probs`` is
+    then None, and whole rows are built from them where a path needs them).
     """
     num_draft = len(draft_tokens)
-    assert target_logits.shape[0] == num_draft + 1, "verifier rows must be N+1"
+    assert len(target_logits) == num_draft + 1, "verifier rows must be N+1"
     if sampling.greedy:
         return _accept_greedy(draft_tokens, draft_logits, target_logits)
-    on_support = not dense and takes_support(rule, sampling, target_logits.shape[-1])
+    top = isinstance(target_logits[0], TopLogits)  # candidate rows from the engine (row_spec chose them)
+    vocab_size = target_logits[0].vocab_size if top else target_logits.shape[-1]
+    on_support = not dense and takes_support(rule, sampling, vocab_size)
+    if top and not on_support:
+        raise ValueError(f"rule {rule.name!r} was handed candidate rows but needs whole ones")
+    if draft_probs is None:  # only q on its support came: whole rows where this round's path needs them
+        draft_probs = scatter(draft_q, vocab_size) if not on_support else None
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
-        q_full = draft_probs[i]
+        q_full = draft_probs[i] if draft_probs is not None else None
         if on_support:
-            q_ids = draft_supports[i] if i < len(draft_supports) else np.flatnonzero(q_full)
-            ids, p, q, x_at = _on_support(candidates(target_logits[i], sampling), q_full, q_ids, x)
+            p, q_row = candidates(target_logits[i], sampling), draft_q[i] if i < len(draft_q) else None
+            if q_row is not None:
+                ids, p, q, x_at = _on_candidates(p, q_row, x)
+            else:
+                q_ids = draft_supports[i] if i < len(draft_supports) else np.flatnonzero(q_full)
+                ids, p, q, x_at = _on_support(p, q_full, q_ids, x)  # type: ignore[arg-type]
             logits_p = logits_q = None  # a support-path rule reads no logits (it declared so)
         else:
             ids, p, q, x_at = None, process(target_logits[i], sampling), q_full, x
@@ -108,7 +152,7 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray, draft_logits:
                                logp_x=log_prob(last, y)))
         return emitted
     p = process(last, sampling)
-    pi_bonus, q_next = _bonus_target(p, last, rule, policy, bonus_draft)
+    pi_bonus, q_next = _bonus_target(p, None if top else last, rule, policy, bonus_draft)
     y = sample(pi_bonus, rng)
     q_y = float(q_next[y]) if q_next is not None else None
     emitted.append(Emitted(y, verdict, position, float(p[y]), q_y, float(pi_bonus[y]), None, (), p_row=p,
@@ -126,20 +170,32 @@ def _on_support(p: Candidates, q_full: np.ndarray, q_ids: np.ndarray,
     return ids, p_on, q_full[ids], int(np.searchsorted(ids, x))
 
 
+def _on_candidates(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``_on_support`` from q's candidates alone (no whole q row): the same union, the same numbers."""
+    ids = np.unique(np.concatenate((p.ids, q.ids, [x])))  # (one sort: the union of the three)
+    p_on, q_on = np.zeros(len(ids)), np.zeros(len(ids))
+    p_on[np.searchsorted(ids, p.ids)] = p.probs
+    q_on[np.searchsorted(ids, q.ids)] = q.probs
+    return ids, p_on, q_on, int(np.searchsorted(ids, x))
+
+
 def _relaxed(rule: Rule, policy: str, bonus_draft: DraftStep | None) -> bool:
     """Whether the bonus draws from the rule's target at N+1 (which needs q there) rather than from p."""
     return bonus_draft is not None and (policy == "relaxed" or (policy == "auto" and rule.relaxed_bonus))
 
 
-def log_prob(logits: np.ndarray, token: int) -> float:
+def log_prob(logits: Row, token: int) -> float | None:
     """log p(token) under a raw logits row at temperature 1: one exp pass in float32 with a float64 sum (1e-7
-    relative, far inside what the drift signals resolve), cheaper than a float64 softmax of the row."""
+    relative, far inside what the drift signals resolve), cheaper than a float64 softmax of the row. A candidate
+    row answers from the engine's normaliser (None without one, or for a token outside its top k)."""
+    if isinstance(logits, TopLogits):
+        return logits.log_prob(token)
     top = float(np.max(logits))
     total = float(np.exp(np.asarray(logits, dtype=np.float32) - np.float32(top)).sum(dtype=np.float64))
     return float(logits[token]) - top - math.log(total)
 
 
-def _bonus_target(p: np.ndarray, logits_p: np.ndarray, rule: Rule, policy: str,
+def _bonus_target(p: np.ndarray, logits_p: np.ndarray | None, rule: Rule, policy: str,
                   bonus_draft: DraftStep | None) -> tuple[np.ndarray, np.ndarray | None]:
     """(π_bonus, q at N+1 or None). The extra drafter step is paid only when the policy needs it."""
     if not _relaxed(rule, policy, bonus_draft):
@@ -150,31 +206,82 @@ def _bonus_target(p: np.ndarray, logits_p: np.ndarray, rule: Rule, policy: str,
     return rule.relaxed_target(p, q_next, logits_p=logits_p, logits_q=logits_q_next), q_next
 
 
-def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | None,
-                   target_logits: np.ndarray) -> list[Emitted]:
+def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | Sequence[TopLogits] | None,
+                   target_logits: np.ndarray | Sequence[TopLogits]) -> list[Emitted]:
     """Temperature 0: exact argmax matching for every rule (SPEC §2); probabilities reported at T=1 (the pass
-    that shows p(x) also gives log p(x), so the drift signal costs nothing more here)."""
+    that shows p(x) also gives log p(x), so the drift signal costs nothing more here). Candidate rows bring the
+    argmax from the engine, and p(x) and q(x) at T=1 only when it added the normaliser (else the processed
+    one-hot's: 1 for the argmax)."""
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
-        target = _argmax(target_logits[i])
-        p, lse = _shown(target_logits[i])
-        q = _shown(draft_logits[i])[0] if draft_logits is not None else None
+        target, p, ids, lse = _greedy_row(target_logits[i])
+        q, q_ids, q_at = _greedy_q(draft_logits[i], ids) if draft_logits is not None else (None, None, _no_q)
+        shown = {"p_row": p, "row_ids": ids, "q_row": q, "q_ids": q_ids}
         if x == target:
-            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x]), _prob(q, x), 1.0, 1.0,
-                                   (("accept_prob", 1.0),), p_row=p, q_row=q,
-                                   logp_x=float(target_logits[i][x]) - lse))
+            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, _p_at(p, ids, x), q_at(x), 1.0, 1.0,
+                                   (("accept_prob", 1.0),), logp_x=_logp(target_logits[i], x, lse), **shown))
             continue
-        emitted.append(Emitted(target, Verdict.RESAMPLED, i + 1, float(p[target]), _prob(q, target), 1.0, 0.0,
-                               (("accept_prob", 0.0),), rejected_token=x, p_row=p, q_row=q,
-                               logp_x=float(target_logits[i][target]) - lse))
+        emitted.append(Emitted(target, Verdict.RESAMPLED, i + 1, _p_at(p, ids, target), q_at(target),
+                               1.0, 0.0, (("accept_prob", 0.0),), rejected_token=x,
+                               logp_x=_logp(target_logits[i], target, lse), **shown))
         return emitted
     last = target_logits[len(draft_tokens)]
-    target = _argmax(last)
-    p, lse = _shown(last)
+    target, p, ids, lse = _greedy_row(last)
     verdict = Verdict.BONUS if draft_tokens else Verdict.VERIFIER
-    emitted.append(Emitted(target, verdict, len(draft_tokens) + 1 if draft_tokens else 0, float(p[target]), None,
-                           1.0, None, (), p_row=p, logp_x=float(last[target]) - lse))
+    emitted.append(Emitted(target, verdict, len(draft_tokens) + 1 if draft_tokens else 0, _p_at(p, ids, target),
+                           None, 1.0, None, (), p_row=p, row_ids=ids, logp_x=_logp(last, target, lse)))
     return emitted
+
+
+def _greedy_q(row: Row, p_ids: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None,
+                                                           Callable[[int], float | None]]:
+    """(q to show, the ids it is over (None: those p is over), q(token)) of a greedy draft row: at T=1 from a whole
+    row or from candidates with the normaliser; from candidates without, the processed one-hot on the argmax. A
+    whole q beside a candidate p (an MTP head's rows) is shown on as many of its likeliest ids as p is."""
+    if isinstance(row, TopLogits):
+        probs = row.probs()
+        if probs is None:  # the processed one-hot: exact everywhere
+            best = row.argmax()
+            return np.ones(1), np.array([best]), lambda token: float(token == best)
+        return probs, row.ids, lambda token: _on_ids(probs, row.ids, token)
+    whole = _shown(row)[0]
+    if p_ids is None:
+        return whole, None, lambda token: float(whole[token])
+    top = np.argpartition(whole, -len(p_ids))[-len(p_ids):] if len(p_ids) < len(whole) else np.arange(len(whole))
+    return whole[top], top, lambda token: float(whole[token])
+
+
+def _on_ids(q: np.ndarray, ids: np.ndarray, token: int) -> float | None:
+    at = np.flatnonzero(ids == token)
+    return float(q[at[0]]) if len(at) else None  # below the drafter's top k: not known, not guessed
+
+
+def _no_q(token: int) -> None:
+    return None
+
+
+def _greedy_row(row: Row) -> tuple[int, np.ndarray | None, np.ndarray | None, float | None]:
+    """(argmax, p at T=1 to show, the ids it is over (None: the vocabulary), log-normaliser) of a greedy row."""
+    if isinstance(row, TopLogits):
+        return row.argmax(), row.probs(), row.ids, row.log_norm
+    target = _argmax(row)
+    p, lse = _shown(row)
+    return target, p, None, lse
+
+
+def _p_at(p: np.ndarray | None, ids: np.ndarray | None, token: int) -> float:
+    """p(token) from a greedy row's shown distribution; 1 (the processed one-hot's) where none was computed."""
+    if p is None:
+        return 1.0
+    if ids is None:
+        return float(p[token])
+    return float(p[np.flatnonzero(ids == token)[0]])
+
+
+def _logp(row: Row, token: int, lse: float | None) -> float | None:
+    if isinstance(row, TopLogits):
+        return row.log_prob(token)
+    return float(row[token]) - lse  # type: ignore[operator]
 
 
 def _shown(logits: np.ndarray) -> tuple[np.ndarray, float]:

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from relaxtui.decoding.sampling import RowSpec, top_of
 from relaxtui.errors import ContextFull
 
 
@@ -101,6 +102,10 @@ class SequenceView:
     def reset(self) -> None:
         self.model.clear_seq(self.seq)
 
+    def use_candidates(self, spec: RowSpec | None) -> bool:
+        """This sequence's rows as candidates for ``spec`` (None: whole rows); False when the model cannot."""
+        return set_candidates(self.model, self.seq, spec)
+
     @property
     def rollback_limit(self) -> int | None:
         return getattr(self.model, "rollback_limit", None)
@@ -179,6 +184,9 @@ class OneSequence:
     def clear_seq(self, seq: int) -> None:
         self.model.reset()
 
+    def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
+        return set_candidates(self.model, seq, spec)
+
     def share_prefix(self, src: int, dst: int, length: int) -> None:
         raise ValueError("a one-sequence backend has no other sequence to share with")
 
@@ -209,6 +217,18 @@ class OneSequence:
 
     def token_piece(self, token: int, *, special: bool = False) -> bytes:
         return self.model.token_piece(token, special=special)
+
+
+def set_candidates(model: object, seq: int, spec: RowSpec | None) -> bool:
+    """Ask ``model`` for candidate rows on ``seq`` (a capability a backend may lack: then whole rows, False). A
+    multi-sequence backend takes ``set_candidates(seq, spec)``, a one-sequence view ``use_candidates(spec)``."""
+    setter = getattr(model, "set_candidates", None)
+    if setter is not None:
+        return bool(setter(seq, spec))
+    user = getattr(model, "use_candidates", None)
+    if user is not None and seq == 0:
+        return bool(user(spec))
+    return spec is None
 
 
 def as_multi(model: Backend) -> MultiBackend:
@@ -253,6 +273,9 @@ class FakeBackend:
         self.batches: list[tuple[tuple[int, int], ...]] = []  # (seq, tokens) of every batch, in order
         self.shared: list[tuple[int, int, int]] = []  # (src, dst, length) of every prompt copied between sequences
         self.hidden: dict[int, np.ndarray] = {}  # seq -> the rows its last decode computed
+        self.candidates: dict[int, RowSpec] = {}  # seq -> the candidate rows it hands (set_candidates)
+        self.candidate_rows = True  # False: a backend that cannot hand candidates (set_candidates refuses)
+        self.handed_candidates = 0  # rows handed as candidates so far (tests check which rows a run took)
 
     @property
     def eos(self) -> int:
@@ -295,10 +318,23 @@ class FakeBackend:
             start = len(cached)
             cached.extend(int(t) for t in item.tokens)
             rows = [r % len(item.tokens) for r in item.logits_rows]
-            out.append(np.stack([np.asarray(self.logits_fn(tuple(cached[: start + r + 1])), dtype=np.float32)
-                                 for r in rows]) if rows else np.empty((0, self.n_vocab), np.float32))
-            self.hidden[item.seq] = out[-1]
+            block = (np.stack([np.asarray(self.logits_fn(tuple(cached[: start + r + 1])), dtype=np.float32)
+                               for r in rows]) if rows else np.empty((0, self.n_vocab), np.float32))
+            self.hidden[item.seq] = block
+            spec = self.candidates.get(item.seq)
+            out.append(block if spec is None else [top_of(row, spec) for row in block])
+            self.handed_candidates += 0 if spec is None else len(block)
         return out
+
+    def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
+        """Rows of ``seq`` as ``TopLogits`` (what llama.cpp's backend sampling hands), computed here in numpy."""
+        if spec is not None and not self.candidate_rows:
+            return False
+        if spec is None:
+            self.candidates.pop(seq, None)
+        else:
+            self.candidates[seq] = spec
+        return True
 
     def rollback(self, position: int) -> None:
         self.rollback_seq(0, position)

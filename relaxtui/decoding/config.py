@@ -29,6 +29,8 @@ class GenerationConfig:
     reuse: ReusePolicy = "exact"  # KV reuse across calls: "exact" (same prompt only) or "longest" (chat turns)
     stop: tuple[str, ...] = ()  # stop strings: generation ends with the token whose text completes one ("stop")
     dense_rows: bool = False  # True: every rule gets whole rows (the reference the support path is checked against)
+    logprobs: bool = False  # a consumer reads T=1 probabilities: each token's log p(x) (eval's drift) or greedy's p(x)
+    # (serve's logprobs): candidate rows then carry the row's normaliser (whole rows always give it)
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= MAX_DRAFT:

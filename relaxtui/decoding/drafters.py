@@ -17,12 +17,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from relaxtui.decoding.backend import Backend, SeqDecode, SequenceView, as_multi, sequence_of
+from relaxtui.decoding.backend import Backend, SeqDecode, SequenceView, as_multi, sequence_of, set_candidates
 from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.mtp import MtpDrafter
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.prefill import ReusePolicy, common_prefix, copy_cached_prompt, prefill
-from relaxtui.decoding.sampling import Candidates, SamplingParams, candidates, process, scatter
+from relaxtui.decoding.sampling import (
+    Candidates,
+    Row,
+    RowSpec,
+    SamplingParams,
+    TopLogits,
+    bounds_support,
+    candidates,
+    process,
+    scatter,
+)
 from relaxtui.decoding.vocab import VocabInfo, check_vocab
 from relaxtui.errors import UserError
 
@@ -34,17 +44,21 @@ __all__ = ["DRAFT_KINDS", "KINDS", "Draft", "DraftRequest", "Drafter", "DrafterK
            "open_gguf", "propose"]
 
 
-def _confidence(q: Candidates, logits: np.ndarray, sampling: SamplingParams) -> float:
+def _confidence(q: Candidates, logits: Row, sampling: SamplingParams) -> float:
     """The drafter's top probability; at greedy q is one-hot, so read the raw softmax (T=1) instead."""
     if not sampling.greedy:
         return float(q.probs.max())
+    if isinstance(logits, TopLogits):  # the engine's argmax and normaliser (asked for when p_min is on)
+        return float(np.exp(float(logits.logits.max()) - logits.log_norm))  # type: ignore[operator]
     top = float(logits.max())
     return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
 
 
-def fit_vocab(logits: np.ndarray, target_vocab: int) -> np.ndarray:
+def fit_vocab(logits: Row, target_vocab: int) -> Row:
     """Drafter and verifier vocabularies may differ by ≤128 padding entries: pad or cut to the target's,
     with -inf so padded ids are never proposed."""
+    if isinstance(logits, TopLogits):
+        return logits.fitted(target_vocab)
     size = logits.shape[-1]
     if size == target_vocab:
         return logits
@@ -54,21 +68,44 @@ def fit_vocab(logits: np.ndarray, target_vocab: int) -> np.ndarray:
     return np.concatenate([logits, pad], axis=-1)
 
 
-def propose(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator,
+def propose(logits: Row, sampling: SamplingParams, rng: np.random.Generator,
             p_min: float = 0.0) -> tuple[int, Candidates] | None:
     """One draft step from the drafter's (fitted) logits: (token, processed q on its support), or None when the
     drafter's top probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify
-    width). The draw needs only the support: no pass over a whole row for it."""
+    width). The draw needs only the support: no pass over a whole row for it; greedy needs no draw at all."""
     q = candidates(logits, sampling)
     if p_min > 0 and _confidence(q, logits, sampling) < p_min:
         return None
-    return q.draw(rng), q
+    return (int(q.ids[0]) if sampling.greedy else q.draw(rng)), q
 
 
-def make_draft(tokens: list[int], q: list[Candidates], raw: list[np.ndarray], vocab: int, seconds: float) -> Draft:
-    """A drafter's Draft from its steps: q as whole rows (what every rule can read) and as supports."""
-    return Draft(tokens, scatter(q, vocab), np.stack(raw) if raw else np.empty((0, vocab)), seconds,
-                 supports=tuple(row.ids for row in q))
+def make_draft(tokens: list[int], q: list[Candidates], raw: Sequence[Row], vocab: int, seconds: float) -> Draft:
+    """A drafter's Draft from its steps: q on its support (what the support path reads) and, from whole rows, as
+    whole rows with the raw logits (what every rule can read); a candidate-row draft keeps the engine's rows."""
+    whole = not raw or not isinstance(raw[0], TopLogits)
+    if whole:
+        return Draft(tokens, scatter(q, vocab), np.stack(raw) if raw else np.empty((0, vocab)), seconds,
+                     supports=tuple(row.ids for row in q), q=tuple(q))
+    return Draft(tokens, None, list(raw), seconds, supports=tuple(row.ids for row in q), q=tuple(q))
+
+
+def drafter_rows(request: DraftRequest, p_min: float, vocab_size: int, drafter_vocab: int) -> RowSpec | None:
+    """The rows a model drafter asks its engine for on this request: candidates (the top k; the argmax, or the
+    alternatives shown, at greedy; with the normaliser where --draft-p-min or a shown q(x) reads the raw
+    probability) unless the rule reads raw logits or the sampling leaves the whole vocabulary. A drafter with
+    padding ids past the verifier's vocabulary asks for as many more (cut off, they leave the top k)."""
+    sampling = request.sampling
+    extra = max(0, drafter_vocab - vocab_size)
+    if request.whole_rows:
+        return None
+    if sampling.greedy:
+        normaliser = p_min > 0 or request.alternatives > 0
+        if normaliser and extra:
+            return None  # the normaliser would count the padding ids the whole-row path cuts first
+        return RowSpec(max(1, request.alternatives) + extra, normaliser)
+    if bounds_support(sampling, vocab_size) and 0 < sampling.top_k < vocab_size:
+        return RowSpec(sampling.top_k + extra)
+    return None
 
 
 class ModelDrafter(BaseDrafter):
@@ -136,9 +173,11 @@ class ModelDrafter(BaseDrafter):
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.model.n_ctx - len(r.context))) for r in requests]
-        made: list[tuple[list[int], list[Candidates], list[np.ndarray]]] = [([], [], []) for _ in requests]
+        made: list[tuple[list[int], list[Candidates], list[Row]]] = [([], [], []) for _ in requests]
         pending = {i: SeqDecode(r.seq, self._resync(r.seq, r.context), [-1])
                    for i, r in enumerate(requests) if limits[i] > 0}
+        for i in pending:
+            self._rows(requests[i])
         saved = self._saved([item.seq for item in pending.values()])
         while pending:  # one batch per draft step: every request still drafting has one row in it
             rows = self._model.decode_many(list(pending.values()))
@@ -163,13 +202,20 @@ class ModelDrafter(BaseDrafter):
             drafts.append(make_draft(tokens, probs, raw, self.target_vocab, seconds))
         return drafts
 
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-        """q and raw logits one step past the sequence's last draft (the relaxed-bonus rules need it)."""
+    def _rows(self, request: DraftRequest) -> None:
+        """Candidate rows from the engine for this request's sequence where they suffice (whole rows otherwise)."""
+        spec = drafter_rows(request, self.p_min, self.target_vocab, self.model.n_vocab)
+        if not set_candidates(self._model, request.seq, spec):
+            set_candidates(self._model, request.seq, None)
+
+    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]:
+        """q and raw logits one step past the sequence's last draft (the relaxed-bonus rules need it); no raw
+        logits from candidate rows (a rule that reads them gets whole rows)."""
         tokens = self._resync(seq, self._drafted[seq])
         saved = self._saved([seq])
         logits = fit_vocab(self._model.decode_many([SeqDecode(seq, tokens, [-1])])[0][0], self.target_vocab)
         self._restore(saved)
-        return process(logits, sampling), logits
+        return process(logits, sampling), None if isinstance(logits, TopLogits) else logits
 
     def step(self, seq: int, context: Sequence[int]) -> None:
         """Decode ``context[-1]`` after ``context[:-1]`` (which the sequence holds): one raw step, for c_rel."""
@@ -181,6 +227,7 @@ class ModelDrafter(BaseDrafter):
     def release(self, seq: int) -> None:
         self._view(seq).reset()
         self._drafted.pop(seq, None)
+        set_candidates(self._model, seq, None)  # whole rows again for whatever decodes this sequence next
 
     def close(self) -> None:
         close = getattr(self.model, "close", None)

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from relaxtui.decoding.prefill import ReusePolicy
-from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.decoding.sampling import Candidates, SamplingParams, TopLogits, scatter
 from relaxtui.errors import UserError
 
 
@@ -62,17 +62,29 @@ class DraftRequest:
     n_max: int
     sampling: SamplingParams
     rng: np.random.Generator
+    whole_rows: bool = False  # the rule reads the drafter's raw logits (or the run asked for whole rows): no
+    # candidate rows from the engine for this request
+    alternatives: int = 0  # the consumer shows this many alternatives of q per token (greedy: q at T=1 too)
 
 
 @dataclass(frozen=True)
 class Draft:
     tokens: list[int]
     probs: np.ndarray | None  # [n, target vocab] processed q_i; None from a drafter without a distribution
-    logits: np.ndarray | None  # [n, target vocab] raw drafter logits; None without a distribution
+    logits: np.ndarray | Sequence[TopLogits] | None  # [n, target vocab] raw drafter logits, or per position the
+    # engine's candidates (TopLogits); None without a distribution
     seconds: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
     supports: tuple[np.ndarray, ...] = ()  # per position, the ascending ids where q > 0 (spares the support path a
     # pass over each row to find them); empty: not known, found from the rows
+    q: tuple[Candidates, ...] = ()  # per position, processed q on its support: what the support path reads (then
+    # ``probs`` may be None: a drafter on candidate rows builds no whole rows)
+
+    def dense_probs(self, vocab: int) -> np.ndarray:
+        """[n, vocab] processed q: ``probs``, or built from ``q`` (the dense path of a candidate-row draft)."""
+        if self.probs is not None:
+            return self.probs
+        return scatter(self.q, vocab) if self.q else np.empty((0, vocab))
 
 
 class Drafter(Protocol):

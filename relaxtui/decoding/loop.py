@@ -32,6 +32,14 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
     ``should_stop`` is polled once per round (the TUI's stop button, Ctrl-C); ``clock`` is the timer behind
     every timing (a fake clock makes timings deterministic for snapshots)."""
     slot = steps.open_slot(verifier, 0, prompt, config, rule, drafter, should_stop=should_stop, clock=clock)
+    try:
+        yield from _rounds(slot, verifier, drafter, config, should_stop, clock)
+    finally:  # also when the caller stops iterating early
+        steps.whole_rows_again(slot)
+
+
+def _rounds(slot: steps.Slot, verifier: Backend, drafter: Drafter | None, config: GenerationConfig,
+            should_stop: Callable[[], bool], clock: Callable[[], float]) -> Iterator[Event]:
     slot.started = clock()
     while slot.finish is None:
         if should_stop():

@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from relaxtui.decoding.acceptance import DraftStep, Emitted, accept_round
+from relaxtui.decoding.acceptance import DraftStep, Emitted, accept_round, row_spec
 from relaxtui.decoding.backend import Backend, sequence_of
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
 from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
-from relaxtui.decoding.sampling import spawn_generators
+from relaxtui.decoding.sampling import Candidates, spawn_generators
 from relaxtui.engine.text import StreamDecoder
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule
@@ -132,14 +132,23 @@ def open_slot(verifier: Backend, seq: int, prompt: Sequence[int], config: Genera
     """Check the request, prefill both models' rows of this sequence, start its decode clock. ``share_prompt``
     (a view of a shared context): a prompt another sequence holds is copied, not prefilled."""
     rule = check_request(verifier, prompt, config, drafter, rule)
+    # candidate rows from the engine where the rule and the sampling allow (else, or where it cannot, whole rows)
+    view = sequence_of(verifier)
+    if not view.use_candidates(row_spec(rule, config.sampling, verifier.n_vocab, dense=config.dense_rows,
+                                        logprobs=config.logprobs, alternatives=config.top_alternatives)):
+        view.use_candidates(None)
     draft_rng, accept_rng = spawn_generators(config.seed)
     draft_max = config.draft_max if drafter is not None else 0
     started = clock()
-    if share_prompt:
-        copy_cached_prompt(verifier, prompt[:-1])  # type: ignore[arg-type]
-    decoded, prefilled = prefill(verifier, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
-    if prefilled and drafter is not None:
-        prefilled = drafter.begin(seq, prompt, reuse=config.reuse, should_stop=should_stop)
+    try:
+        if share_prompt:
+            copy_cached_prompt(verifier, prompt[:-1])  # type: ignore[arg-type]
+        decoded, prefilled = prefill(verifier, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
+        if prefilled and drafter is not None:
+            prefilled = drafter.begin(seq, prompt, reuse=config.reuse, should_stop=should_stop)
+    except BaseException:
+        view.use_candidates(None)  # no generation runs on them: whole rows again
+        raise
     now = clock()
     return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
                 DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
@@ -168,12 +177,18 @@ def draft_all(slots: Sequence[Slot]) -> None:
         if slot.drafter is not None and slot.n > 0:
             groups.setdefault(id(slot.drafter), (slot.drafter, []))[1].append(slot)
     for drafter, drafting in groups.values():
-        requests = [DraftRequest(s.seq, s.context, s.n, s.config.sampling, s.draft_rng) for s in drafting]
+        requests = [DraftRequest(s.seq, s.context, s.n, s.config.sampling, s.draft_rng, whole_rows=_whole_rows(s),
+                                 alternatives=s.config.top_alternatives) for s in drafting]
         for slot, draft in zip(drafting, drafter.draft(requests), strict=True):
             if draft.tokens and len(draft.tokens) >= slot.config.draft_min:
                 slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
     for slot in slots:
         _checkpoint(slot)
+
+
+def _whole_rows(slot: Slot) -> bool:
+    """Whether the drafter must hand whole rows: the rule reads raw logits, or the run asked for whole rows."""
+    return slot.config.dense_rows or slot.rule.needs_logits
 
 
 def _checkpoint(slot: Slot) -> None:
@@ -185,14 +200,14 @@ def _checkpoint(slot: Slot) -> None:
 
 
 def _one_hot(draft: Draft, vocab: int) -> Draft:
-    """q of a drafter without a distribution: all its mass on the token it proposed; no logits."""
-    probs = np.zeros((len(draft.tokens), vocab))
-    probs[np.arange(len(draft.tokens)), draft.tokens] = 1.0
-    return Draft(draft.tokens, probs, None, draft.seconds, draft.extra,
-                 supports=tuple(np.array([token]) for token in draft.tokens))
+    """q of a drafter without a distribution: all its mass on the token it proposed; no logits (whole rows are
+    built from it only on the dense path)."""
+    return Draft(draft.tokens, None, None, draft.seconds, draft.extra,
+                 supports=tuple(np.array([token]) for token in draft.tokens),
+                 q=tuple(Candidates(np.array([token]), np.ones(1)) for token in draft.tokens))
 
 
-def accept(slot: Slot, target_logits: np.ndarray) -> list[Emitted]:
+def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     """Steps 3 and 5: accept a prefix of the draft (resample or bonus), keep `last` and the accepted drafts in
     the verifier's cache, tell the drafter how many it got (before the verifier decodes again: a drafter that
     reads the verifier's hidden rows finds this batch's)."""
@@ -200,7 +215,8 @@ def accept(slot: Slot, target_logits: np.ndarray) -> list[Emitted]:
     emitted = accept_round(slot.draft_tokens, draft.probs if draft else np.empty((0, 0)),  # type: ignore[arg-type]
                            draft.logits if draft else None, target_logits, slot.rule, slot.config.sampling,
                            slot.accept_rng, bonus_draft=_bonus_step(slot), bonus=slot.config.bonus,
-                           dense=slot.config.dense_rows, draft_supports=draft.supports if draft else ())
+                           dense=slot.config.dense_rows, draft_supports=draft.supports if draft else (),
+                           draft_q=draft.q if draft else ())
     n_accepted = len(emitted) - 1
     slot.round_logprobs = [item.logp_x for item in emitted]  # from the rows the rule already read
     _keep(slot, slot.base + 1 + n_accepted)
@@ -273,8 +289,15 @@ def _completes_stop(slot: Slot, text: str) -> bool:
     return any(stop in window for stop in slot.config.stop)
 
 
+def whole_rows_again(slot: Slot) -> None:
+    """Hand the verifier's rows of this sequence whole again (its next user — a calibration, another request's
+    settings, a caller decoding by hand — asks for what it needs; candidate rows are this generation's choice)."""
+    sequence_of(slot.verifier).use_candidates(None)
+
+
 def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
     """The last event of a sequence: its text and SPEC §3 metrics."""
+    whole_rows_again(slot)
     slot.text_parts.append(slot.decoder.flush())
     metrics = build_metrics(slot.prompt_tokens, len(slot.output), slot.counters, prefill_s=slot.prefill_s,
                             decode_s=clock() - slot.started,
@@ -317,7 +340,8 @@ def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k
         index=index, token_id=item.token_id, text=text, verdict=item.verdict, draft_position=item.draft_position,
         p_x=item.p_x, q_x=item.q_x, pi_x=item.pi_x, accept_prob=item.accept_prob, statistic=item.statistic,
         rejected_token=item.rejected_token, round=timing,
-        top_p=_top(item.p_row, top_k, item.row_ids), top_q=_top(item.q_row, top_k, item.row_ids),
+        top_p=_top(item.p_row, top_k, item.row_ids),
+        top_q=_top(item.q_row, top_k, item.q_ids if item.q_ids is not None else item.row_ids),
         logp_x=logp,
     )
 

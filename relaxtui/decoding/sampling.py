@@ -7,6 +7,7 @@ Randomness is always passed in as a ``np.random.Generator``; nothing here touche
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ import numpy as np
 
 from relaxtui.errors import NumericsError, UserError
 
+_ONE = np.ones(1)  # greedy's q and p on their support (shared: nothing writes into a distribution)
+_ONE.flags.writeable = False
 MIN_TEMPERATURE = 1e-5  # below this (and above 0) logits / T overflow to inf and every draw is NaN: vLLM's epsilon
 
 
@@ -69,6 +72,78 @@ class Candidates:
         return int(self.ids[sample(self.probs, rng)])
 
 
+@dataclass(frozen=True, slots=True)
+class RowSpec:
+    """What a sequence asks the engine for instead of whole logits rows: each row's ``k`` largest raw logits with
+    their ids (llama.cpp computes them in the graph, on the GPU when the model is there) and, with ``normaliser``,
+    the row's log-normaliser at T=1 (a pass over the vocabulary, paid only by consumers of log p(x))."""
+
+    k: int
+    normaliser: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopLogits:
+    """The top of one raw logits row as the engine hands it: the ``k`` largest logits and their ids (in no
+    particular order) and, when asked, log Σ exp(logits) over the whole row (so log p(x) at T=1 = logit(x) − it).
+
+    Top-k/top-p with ``top_k <= k`` need nothing else: ``candidates`` and ``process`` give, from it, the same
+    processed distribution as from the whole row."""
+
+    ids: np.ndarray  # int, [k]
+    logits: np.ndarray  # float32, [k]
+    vocab_size: int
+    log_norm: float | None = None
+    complete: bool = False  # the candidates are the whole row (k >= its vocabulary; a fitted row's pads are -inf)
+
+    def argmax(self) -> int:
+        """The likeliest id; among equal logits the lowest id, as ``np.argmax`` of the whole row picks."""
+        if len(self.ids) == 1:  # greedy's row: the engine's argmax alone (plain floats: this runs per row)
+            value = float(self.logits[0])
+            if not math.isfinite(value):
+                raise NumericsError(f"the logits hold a non-finite value ({value}) at token {int(self.ids[0])}")
+            return int(self.ids[0])
+        top = self.logits.max()
+        if not np.isfinite(top):
+            at = self.ids[np.argmax(self.logits)]
+            raise NumericsError(f"the logits hold a non-finite value ({top}) at token {at}")
+        return int(self.ids[self.logits == top].min())
+
+    def probs(self) -> np.ndarray | None:
+        """Each candidate's probability at T=1 under the whole row (None without the normaliser)."""
+        return None if self.log_norm is None else np.exp(self.logits.astype(np.float64) - self.log_norm)
+
+    def log_prob(self, token: int) -> float | None:
+        """log p(token) at T=1; None without the normaliser or for a token outside the top k."""
+        if self.log_norm is None:
+            return None
+        at = np.flatnonzero(self.ids == token)
+        return float(self.logits[at[0]]) - self.log_norm if len(at) else None
+
+    def fitted(self, vocab_size: int) -> TopLogits:
+        """The same row for a vocabulary of ``vocab_size`` (a drafter's padding ids beyond it dropped)."""
+        if vocab_size == self.vocab_size:
+            return self
+        keep = self.ids < vocab_size
+        return TopLogits(self.ids[keep], self.logits[keep], vocab_size, self.log_norm, self.complete)
+
+
+Row = np.ndarray | TopLogits  # one raw logits row: whole (the dense path) or its top (candidate rows)
+
+
+def top_of(logits: np.ndarray, spec: RowSpec) -> TopLogits:
+    """What the engine hands for ``spec`` from a whole row, computed in numpy (the fake backend's candidate rows,
+    and the reference the engine's are checked against)."""
+    k = min(spec.k, logits.shape[-1])
+    ids = np.argpartition(logits, -k)[-k:] if k < logits.shape[-1] else np.arange(logits.shape[-1])
+    log_norm = None
+    if spec.normaliser:
+        top = float(np.max(logits))
+        log_norm = top + float(np.log(np.exp(logits.astype(np.float64) - top).sum()))
+    return TopLogits(ids.astype(np.int64), np.asarray(logits, dtype=np.float32)[ids], logits.shape[-1], log_norm,
+                     complete=k >= logits.shape[-1])
+
+
 def scatter(rows: Sequence[Candidates], vocab_size: int) -> np.ndarray:
     """[len(rows), vocab] whole rows of these candidates: one zeroed block (calloc'd pages cost nothing until
     written) with each row's few dozen entries set — no per-row allocation, no stacking copy."""
@@ -84,24 +159,24 @@ def bounds_support(params: SamplingParams, vocab_size: int) -> bool:
     return params.greedy or 0 < params.top_k < vocab_size or params.top_p < 1.0
 
 
-def candidates(logits: np.ndarray, params: SamplingParams) -> Candidates:
+def candidates(logits: Row, params: SamplingParams) -> Candidates:
     """The processed distribution (SPEC §2: temperature, top-k, top-p) as candidates; greedy: the argmax."""
     if params.greedy:
-        return Candidates(np.array([int(np.argmax(logits))]), np.ones(1))
+        return Candidates(np.array([argmax(logits)]), _ONE)
     kept, kept_probs = _kept(logits, params)
     order = np.argsort(kept, kind="stable")
     return Candidates(kept[order].astype(np.int64, copy=False), kept_probs[order])
 
 
-def process(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+def process(logits: Row, params: SamplingParams) -> np.ndarray:
     """Processed distribution over the whole vocabulary, float64, zeros outside the kept set.
 
     Greedy returns the one-hot of the argmax, so acceptance tests read the same either way.
     """
-    vocab_size = logits.shape[-1]
+    vocab_size = logits.vocab_size if isinstance(logits, TopLogits) else logits.shape[-1]
     if params.greedy:
         one_hot = np.zeros(vocab_size)
-        one_hot[int(np.argmax(logits))] = 1.0
+        one_hot[argmax(logits)] = 1.0
         return one_hot
     kept, kept_probs = _kept(logits, params)
     probs = np.zeros(vocab_size)
@@ -109,19 +184,35 @@ def process(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return probs
 
 
-def _kept(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+def argmax(logits: Row) -> int:
+    """The likeliest id of a raw row, whole or candidates."""
+    return logits.argmax() if isinstance(logits, TopLogits) else int(np.argmax(logits))
+
+
+def _kept(logits: Row, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     """The ids top-k/top-p keep (in no particular order) and their renormalised tempered probabilities."""
+    if isinstance(logits, TopLogits):  # the engine's top k already: top-k/top-p on it (top_k <= k)
+        held = len(logits.ids)
+        if not logits.complete and not 0 < params.top_k <= held:
+            raise ValueError(f"top-k {params.top_k} needs more than the {held} candidates a row holds")
+        at, probs = _kept_of(logits.logits, params.temperature, params.top_k if params.top_k < held else 0,
+                             params.top_p)
+        return logits.ids[at], probs
+    return _kept_of(logits, params.temperature, params.top_k, params.top_p)
+
+
+def _kept_of(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, np.ndarray]:
     vocab_size = logits.shape[-1]
-    if 0 < params.top_k < vocab_size:
-        kept = np.argpartition(logits, -params.top_k)[-params.top_k:]
+    if 0 < top_k < vocab_size:
+        kept = np.argpartition(logits, -top_k)[-top_k:]
     else:
         kept = np.arange(vocab_size)
-    kept_probs = softmax(logits[kept], params.temperature)
-    if params.top_p < 1.0:
+    kept_probs = softmax(logits[kept], temperature)
+    if top_p < 1.0:
         order = np.argsort(-kept_probs, kind="stable")
         cumulative = np.cumsum(kept_probs[order])
         # keep the smallest prefix whose mass reaches top_p (the token that crosses it stays)
-        n_keep = int(np.searchsorted(cumulative, params.top_p - 1e-9, side="left")) + 1  # 1e-9: float sums
+        n_keep = int(np.searchsorted(cumulative, top_p - 1e-9, side="left")) + 1  # 1e-9: float sums
         chosen = order[:n_keep]
         kept, kept_probs = kept[chosen], kept_probs[chosen]
         kept_probs = kept_probs / kept_probs.sum()

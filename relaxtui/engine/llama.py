@@ -19,12 +19,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from relaxtui import envvars
 from relaxtui.decoding.backend import SeqDecode, SequenceView, row_order
+from relaxtui.decoding.config import MAX_DRAFT
+from relaxtui.decoding.sampling import RowSpec
+from relaxtui.engine.candidates import CandidateSamplers
 from relaxtui.engine.gguf import read_header
 from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SequenceMemory, Snapshots
 from relaxtui.errors import ContextFull, UserError
@@ -70,6 +73,13 @@ def use_extra_buffers() -> bool:
     _init_backend()
     info = _llama.llama_print_system_info().decode(errors="replace")
     return "AMX" not in info
+
+
+def _ordered(out: Any, order: list[int]) -> Any:
+    """Rows in the order (and multiplicity) the caller asked for."""
+    if order == list(range(len(out))):
+        return out
+    return [out[i] for i in order] if isinstance(out, list) else out[order]
 
 
 def default_threads() -> int:
@@ -138,6 +148,8 @@ class LlamaModel(SequenceMemory):
             from relaxtui.engine.mtp import HiddenStore, llama_ext
             llama_ext.llama_set_embeddings_nextn(self._ctx, True, False)  # a row for every token, not only outputs
             self.hidden = HiddenStore(n_seq, self.n_embd)
+        self._candidates = CandidateSamplers(self._ctx)  # sequences that get candidate rows, not whole ones
+        self._outputs_per_seq = min(self.n_batch, MAX_DRAFT + 1)  # the rows a candidate sequence can output at once
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
         self.copied_bytes = 0  # logits (and hidden) rows copied out of llama.cpp: what a round moves to Python
 
@@ -155,6 +167,9 @@ class LlamaModel(SequenceMemory):
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         ctx_params.no_perf = True
+        # a sequence with candidate rows (backend sampling) outputs a whole verify batch (llama.cpp's default is 1);
+        # no more: llama.cpp reserves its sampling graph for this many rows per sequence at every change of sampler
+        ctx_params.n_outputs_max_per_seq = min(ctx_params.n_batch, MAX_DRAFT + 1)
         ctx = _llama.llama_init_from_model(self._model, ctx_params)
         if not ctx:
             _llama.llama_model_free(self._model)
@@ -245,30 +260,43 @@ class LlamaModel(SequenceMemory):
         ``tokens``, negative allowed) as a float32 array [len(logits_rows), n_vocab]. Chunks by n_batch."""
         return self.decode_many([SeqDecode(0, tokens, logits_rows)])[0]
 
-    def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]:
+    def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
+        """From the next decode on, hand ``seq``'s logits rows as candidates (``TopLogits``: its top ``spec.k``
+        computed by llama.cpp) instead of whole rows; None: whole rows again. False: this build cannot (whole rows
+        stay). A context of several sequences keeps whole rows: llama.cpp 0.3.36 hands some rows of the wrong
+        token when a micro-batch holds several tokens of non-adjacent sequences (its split_equal path;
+        ``scripts/probe_backend_sampling.py --sequences`` shows it), where whole rows stay right."""
+        if spec is not None and self.n_seq > 1:
+            return False
+        return self._candidates.set(seq, spec)
+
+    def decode_many(self, items: Sequence[SeqDecode]) -> list[Any]:
         """One batch for many sequences (as llama.cpp's `parallel` example): each item's tokens go at its
-        sequence's own positions; returns one [len(item.logits_rows), n_vocab] array per item."""
-        blocks, orders = [], []
-        flat: list[tuple[int, int, int, np.ndarray | None]] = []  # (seq, token, position, logits row to fill)
+        sequence's own positions; returns per item a [len(item.logits_rows), n_vocab] array, or a list of
+        ``TopLogits`` for a sequence with candidate rows (``set_candidates``)."""
+        results, orders = [], []
+        flat: list[tuple[int, int, int, tuple[Any, int] | None]] = []  # (seq, token, position, (rows, index))
         for item in items:
             cached = self._seqs[item.seq]
             if len(cached) + len(item.tokens) > self.n_ctx:
                 raise ContextFull(len(cached), len(item.tokens), self.n_ctx)
             rows, order = row_order(len(item.tokens), item.logits_rows)
-            block = np.empty((len(rows), self.n_vocab), dtype=np.float32)
-            blocks.append(block)
+            if len(rows) > self._outputs_per_seq and item.seq in self._candidates.specs:
+                self._candidates.set(item.seq, None)  # more rows than llama.cpp samples per sequence: whole ones
+            out: Any = ([None] * len(rows) if item.seq in self._candidates.specs
+                        else np.empty((len(rows), self.n_vocab), dtype=np.float32))
+            results.append(out)
             orders.append(order)
             slot = {row: i for i, row in enumerate(rows)}
-            flat += [(item.seq, int(t), len(cached) + j, block[slot[j]] if j in slot else None)
+            flat += [(item.seq, int(t), len(cached) + j, (out, slot[j]) if j in slot else None)
                      for j, t in enumerate(item.tokens)]
             if self.hidden is not None and item.tokens:
                 self.hidden.decoding(item.seq, len(cached))
         for start in range(0, len(flat), self.n_batch):
             self._decode_chunk(flat[start:start + self.n_batch])
-        return [block[order] if order != list(range(len(block))) else block
-                for block, order in zip(blocks, orders, strict=True)]
+        return [_ordered(out, order) for out, order in zip(results, orders, strict=True)]
 
-    def _decode_chunk(self, chunk: Sequence[tuple[int, int, int, np.ndarray | None]]) -> None:
+    def _decode_chunk(self, chunk: Sequence[tuple[int, int, int, tuple[Any, int] | None]]) -> None:
         batch = self._batch
         batch.n_tokens = len(chunk)
         for j, (seq, token, position, target) in enumerate(chunk):
@@ -291,9 +319,15 @@ class LlamaModel(SequenceMemory):
             counts[seq] = counts.get(seq, 0) + 1
             if hidden is not None:
                 self.hidden.append(seq, hidden[j])
-            if target is not None:
-                target[:] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
-                self.copied_bytes += target.nbytes
+            if target is None:
+                continue
+            out, index = target
+            if isinstance(out, list):  # candidate rows: the few the sampler left, not the vocabulary
+                out[index], copied = self._candidates.read(j, self.n_vocab, self._candidates.specs[seq])
+            else:
+                out[index] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
+                copied = out[index].nbytes
+            self.copied_bytes += copied
         if self._snapshots is not None:  # the snapshots now cover this decode's tokens of each sequence
             for seq, count in counts.items():
                 self._snapshots.decoded(seq, count)
@@ -304,6 +338,8 @@ class LlamaModel(SequenceMemory):
         if getattr(self, "_ctx", None):
             _llama.llama_batch_free(self._batch)
             _llama.llama_free(self._ctx)
+            if hasattr(self, "_candidates"):
+                self._candidates.close()  # (after the context that pointed at its samplers)
             _llama.llama_model_free(self._model)
             self._ctx = None
 

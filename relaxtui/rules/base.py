@@ -69,6 +69,9 @@ class Rule:
     # reads only p and q, and where top-k/top-p bound them gets them on their support (decoding/acceptance.py)
     needs_logits: ClassVar[bool] = False
     needs_draft_logits: ClassVar[bool] = False  # True: needs the drafter's raw logits (scd): model drafters only
+    # True: may emit a token the processed p gives no mass (a relaxed target mixes in q), so a report of every token's
+    # log p(x) needs whole rows (outside p's support is outside the engine's top-k candidates); strict never does
+    may_leave_support: ClassVar[bool] = True
     relaxed_bonus: ClassVar[bool] = False  # True: π_bonus is the rule's target at N+1 (scd)
     x_dependent: ClassVar[bool] = False  # True: the targets depend on the drafted token (cactus)
     subtract_draft: ClassVar[bool] = True  # False: after a rejection emit from π_res itself (typical)

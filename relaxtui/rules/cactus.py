@@ -19,6 +19,7 @@ def boosted_mass(p_x: float, delta: float) -> float:
 
 class Cactus(Rule):
     name = "cactus"
+    may_leave_support = False  # γ(0) = 0 and the rest of the target scales p
     knob_name = "delta"
     knob_help = ">= 0; bigger = more relaxed, 0 = strict"
     x_dependent = True

@@ -13,6 +13,7 @@ from relaxtui.rules.base import Rule
 
 class Mentored(Rule):
     name = "mentored"
+    may_leave_support = False  # π_rej = min(p / (1 - α), 1): zero where p is
     knob_name = "alpha"
     knob_help = "in [0, 1); bigger = more relaxed, 0 = strict"
 

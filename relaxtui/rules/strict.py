@@ -9,6 +9,7 @@ from relaxtui.rules.base import Rule
 
 class Strict(Rule):
     name = "strict"
+    may_leave_support = False  # accepts x with probability min(1, p/q), resamples (p - q)+, bonuses from p
 
     def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
                  logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:

@@ -18,6 +18,7 @@ def entropy(p: np.ndarray) -> float:
 
 class Typical(Rule):
     name = "typical"
+    may_leave_support = False  # accepts only p(x) above a threshold >= 0, resamples p
     knob_name = "epsilon"
     knob_default = 0.09
     knob_help = "in (0, 1), default 0.09; bigger = stricter (delta = sqrt(epsilon))"

@@ -190,6 +190,8 @@ class Scheduler:
                 choice = j * request.n + i
                 config = GenerationConfig(draft_max=draft_max, max_tokens=max_tokens, sampling=request.sampling,
                                           seed=request.seed + i, top_alternatives=request.logprobs or 0,
+                                          # what serve renders is p(x): at greedy the T=1 softmax's (the normaliser)
+                                          logprobs=request.logprobs is not None and request.sampling.greedy,
                                           bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
                                           adaptive=self.settings.adaptive, reuse=self.settings.reuse,  # type: ignore[arg-type]
                                           stop=request.stop)  # the loop ends the sequence in the round that stops

@@ -1,0 +1,156 @@
+"""Candidate rows from llama.cpp's backend sampling: each output row's k largest logits with their ids (and, when
+asked, the row's log-normaliser at T=1), computed inside the graph — on the GPU when the model is there — so a
+round copies a few hundred bytes per row out of llama.cpp instead of the whole vocabulary (0.6 MB for Qwen's).
+
+llama.cpp's own top-k sampler keeps the logits but not the normaliser, and its ``dist`` sampler draws with its own
+generator; relaxtui draws from the candidates itself (its generators, its rules). So this is a sampler of our own,
+filled in from Python through llama.cpp's sampler interface: its ``backend_apply`` adds ``top_k`` and ``get_rows``
+of those logits to the graph, and with the normaliser a softmax of the row gathered at the same ids (the
+probability of the likeliest candidate gives log Σ exp = logit − log p without underflow). Its CPU ``apply`` is
+never called: nothing here samples.
+
+``CandidateSamplers`` holds one sampler chain per sequence of a context, replaced when a sequence asks for other
+rows and freed with the context. Without the ggml library (an unusual build), ``available()`` is False and every
+sequence keeps whole rows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+from relaxtui.decoding.sampling import RowSpec, TopLogits
+
+try:
+    import llama_cpp as _llama
+except ImportError:  # pragma: no cover - set-up problem: llama.py says so
+    _llama = None
+
+
+def _ggml() -> ctypes.CDLL | None:
+    """ggml as llama-cpp-python loads it beside libllama (the same files, ``LLAMA_CPP_LIB_PATH`` included), typed
+    for the few graph ops the sampler adds."""
+    if _llama is None:
+        return None
+    try:
+        from llama_cpp._ggml import libggml as lib  # (its ggml-base symbols resolve through it)
+    except (ImportError, OSError, RuntimeError, FileNotFoundError):
+        return None
+    tensor = ctypes.c_void_p
+    for name, args in (("ggml_nelements", [tensor]), ("ggml_reshape_2d", [tensor, tensor, ctypes.c_int64,
+                                                                            ctypes.c_int64]),
+                       ("ggml_top_k", [tensor, tensor, ctypes.c_int]), ("ggml_get_rows", [tensor, tensor, tensor]),
+                       ("ggml_soft_max", [tensor, tensor])):
+        function = getattr(lib, name, None)
+        if function is None:
+            return None
+        function.argtypes = args
+        function.restype = ctypes.c_int64 if name == "ggml_nelements" else tensor
+    return lib
+
+
+_GGML = _ggml()
+
+
+def available() -> bool:
+    return _GGML is not None
+
+
+def _iface(spec: RowSpec) -> object:
+    """The sampler interface for ``spec`` (kept alive for the process: llama.cpp holds pointers into it)."""
+    ggml = _GGML
+    assert ggml is not None and _llama is not None
+
+    def backend_apply(sampler: object, ctx: int, graph: int, data: object) -> None:
+        row = data.contents  # type: ignore[attr-defined]
+        n = ggml.ggml_nelements(row.logits)
+        column = ggml.ggml_reshape_2d(ctx, row.logits, 1, n)  # get_rows picks rows: one logit per row
+        top = ggml.ggml_top_k(ctx, row.logits, min(spec.k, n))
+        row.candidates = top
+        if spec.normaliser:
+            probs = ggml.ggml_soft_max(ctx, row.logits)
+            row.probs = ggml.ggml_get_rows(ctx, ggml.ggml_reshape_2d(ctx, probs, 1, n), top)
+        row.logits = ggml.ggml_get_rows(ctx, column, top)
+
+    iface = _llama.llama_sampler_i()
+    callbacks = (_llama.llama_sampler_i_apply(lambda sampler, candidates: None),  # (never called: nothing samples)
+                 _llama.llama_sampler_i_backend_init(lambda sampler, buffer_type, n_outputs: True),
+                 _llama.llama_sampler_i_backend_apply(backend_apply))
+    iface.apply, iface.backend_init, iface.backend_apply = callbacks  # no name: a str from a callback leaks
+    _KEEP.append((iface, callbacks))
+    return iface
+
+
+_KEEP: list[object] = []
+_IFACES: dict[RowSpec, object] = {}
+
+
+class CandidateSamplers:
+    """The candidate samplers of one context, one chain per sequence that asks for candidate rows."""
+
+    def __init__(self, ctx: int) -> None:
+        self._ctx = ctx
+        self.specs: dict[int, RowSpec] = {}
+        self._chains: dict[int, object] = {}
+
+    def set(self, seq: int, spec: RowSpec | None) -> bool:
+        """Hand ``seq`` candidate rows for ``spec`` from its next decode on (None: whole rows again); False when
+        this build cannot (the sequence keeps whole rows). A change costs llama.cpp a graph reservation."""
+        if spec == self.specs.get(seq):
+            return True
+        if not self._ctx:
+            raise RuntimeError("the model is closed")
+        if spec is not None and not available():
+            return False
+        chain = None
+        if spec is not None:
+            iface = _IFACES.get(spec) or _IFACES.setdefault(spec, _iface(spec))
+            chain = _llama.llama_sampler_chain_init(_llama.llama_sampler_chain_default_params())
+            _llama.llama_sampler_chain_add(chain, _llama.llama_sampler_init(ctypes.byref(iface), None))
+        if not _llama.llama_set_sampler(self._ctx, seq, chain):
+            if chain is not None:
+                _llama.llama_sampler_free(chain)
+            self._drop(seq)
+            return False
+        self._drop(seq)
+        if spec is not None:
+            self.specs[seq], self._chains[seq] = spec, chain
+        return True
+
+    def _drop(self, seq: int) -> None:
+        self.specs.pop(seq, None)
+        old = self._chains.pop(seq, None)
+        if old is not None:
+            _llama.llama_sampler_free(old)
+
+    def read(self, output: int, vocab_size: int, spec: RowSpec) -> tuple[TopLogits, int]:
+        """Output row ``output`` of the last decode (of a sequence with ``spec``'s sampler): its candidates, and the
+        bytes copied out of llama.cpp for them. The sampler hands exactly min(k, vocabulary) of them (two calls a
+        row, three with the normaliser: this runs per row, after a decode has flushed every cache)."""
+        ctx, n = self._ctx, min(spec.k, vocab_size)
+        ids_at = _llama.llama_get_sampled_candidates_ith(ctx, output)
+        logits_at = _llama.llama_get_sampled_logits_ith(ctx, output)
+        if not ids_at or not logits_at:
+            raise RuntimeError(f"llama.cpp handed no candidates for output row {output}")
+        ids = np.frombuffer(ctypes.string_at(ids_at, 4 * n), np.int32)
+        logits = np.frombuffer(ctypes.string_at(logits_at, 4 * n), np.float32)
+        copied, log_norm = 8 * n, None
+        if spec.normaliser:
+            probs_at = _llama.llama_get_sampled_probs_ith(ctx, output)
+            if not probs_at:
+                raise RuntimeError(f"llama.cpp handed no normaliser for output row {output}")
+            probs = np.frombuffer(ctypes.string_at(probs_at, 4 * n), np.float32)
+            best = int(np.argmax(logits))
+            log_norm = float(logits[best]) - math.log(float(probs[best]))
+            copied += 4 * n
+        return TopLogits(ids, logits, vocab_size, log_norm, complete=n >= vocab_size), copied
+
+    def close(self) -> None:
+        """Free the chains (after the context that pointed at them is freed)."""
+        for chain in self._chains.values():
+            _llama.llama_sampler_free(chain)
+        self._chains.clear()
+        self.specs.clear()
+        self._ctx = None
