@@ -152,7 +152,8 @@ def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path
     saved = tmp_path / "here.json"
     code = main(["bench", "--verifier", str(test_model_path), "--drafter", str(test_model_path), "--draft-max", "2",
                  "--max-tokens", "12", "--prompts", "1", "--repeats", "2", "--passes", "1", "--ctx-size", "512",
-                 "--profile", "paper-gb200", "--profile", "memory-bound:0.2", "--save-profile", str(saved), "--json"])
+                 "--profile", "paper-gb200", "--profile", "memory-bound:0.2", "--save-profile", str(saved), "--json",
+                 "--rows", "both"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     profile = load_profile(str(saved))  # this machine's profile, loadable as --profile elsewhere
@@ -173,14 +174,21 @@ def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path
     best = [run["n"] for run in result["runs"] if run["best"]]
     assert best == [result["best_n"]] if best else (result["best_n"] is None and result["best_note"])
     assert isinstance(profile.timing_spread, float) and isinstance(profile.timing_stable, bool)
-    # issue 21's host costs: a verifier-alone round copies exactly one logits row (SmolLM2: 49,152 floats); a
-    # speculative round copies its verify rows and its draft rows, so more
-    row = 49152 * 4
+    # issue 21's host costs: greedy on the engine's candidate rows copies one candidate a row (its id and logit: 8
+    # bytes); on whole rows (--rows both: the same runs again) a verifier-alone round copies one logits row (SmolLM2:
+    # 49,152 floats). A speculative round copies its verify rows and its draft rows, so more, either way
+    assert result["settings"]["rows"] == "both"
+    candidate, whole = 8, 49152 * 4
     baseline = result["baseline"]
-    assert baseline["n"] == 0 and baseline["copied_bytes_per_round"] == row == result["baseline_copied_bytes_per_round"]
-    assert baseline["host_ms_per_round"] > 0
+    assert baseline["n"] == 0 and baseline["copied_bytes_per_round"] == candidate == \
+        result["baseline_copied_bytes_per_round"]
+    assert baseline["whole_rows"]["copied_bytes_per_round"] == whole
+    assert baseline["host_ms_per_round"] > 0 and baseline["whole_rows"]["host_ms_per_round"] > 0
     for run in result["runs"]:
-        assert run["host_ms_per_round"] > 0 and row < run["copied_bytes_per_round"] <= (2 * run["n"] + 2) * row
+        assert run["host_ms_per_round"] > 0 and candidate < run["copied_bytes_per_round"] <= \
+            (2 * run["n"] + 2) * candidate
+        assert whole < run["whole_rows"]["copied_bytes_per_round"] <= (2 * run["n"] + 2) * whole
+        assert run["whole_rows"]["tokens_per_s"] > 0
 
 
 @pytest.mark.model

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from relaxtui.commands.common import INT32_MAX, int_option, model_options, sampling, utf8_path, utf8_text
-from relaxtui.costmodel.bench import BENCH_PROMPTS, BenchResult, run_bench
+from relaxtui.costmodel.bench import BENCH_PROMPTS, ROWS, BenchResult, run_bench
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.costmodel.profiles import load_profile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE
@@ -40,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-profile", type=utf8_path, default=None, metavar="FILE",
                         help="write this machine's cost profile (JSON) for `--profile` elsewhere")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--rows", choices=ROWS, default="candidates",
+                        help="logits rows the runs take out of llama.cpp: the engine's top-k candidates where the "
+                             "sampling and rule allow (the default, what every face runs), whole rows, or both "
+                             "side by side (each N run on each, interleaved)")
     parser.add_argument("--parallel", type=k_list, default=None, dest="parallel_ks", metavar="K,K,...",
                         help="instead: summed and per-sequence tokens/s with K sequences per context, the verifier "
                              "alone and strict at the best N (--ctx-size is per sequence)")
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         progress = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True)) if not args.json else None
         result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.n_max, max_tokens=args.max_tokens,
                            sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
-                           profiles=profiles, progress=progress or (lambda _: None))
+                           profiles=profiles, rows=args.rows, progress=progress or (lambda _: None))
     finally:
         pair.close()
     drafter_name = pair.drafter_path.name if pair.drafter_path else result.drafter_kind
@@ -103,6 +107,23 @@ def run(args: argparse.Namespace) -> int:
         if not result.costs.get("stable", True):  # the file records it too (timing_stable, timing_spread)
             print(f"warning: its timings were unstable; {UNSTABLE_ADVICE} before pricing with it", file=sys.stderr)
     return 0
+
+
+def _whole_rows_lines(result: BenchResult) -> list[str]:
+    """--rows both: each N on whole rows beside the same runs on the engine's candidate rows (one run, interleaved)."""
+    pairs = [(0, result.baseline_tokens_per_s, result.baseline_host_ms_per_round,
+              result.baseline_copied_bytes_per_round, result.baseline_whole_rows)]
+    pairs += [(r.n, r.tokens_per_s, r.host_ms_per_round, r.copied_bytes_per_round, r.whole_rows) for r in result.runs]
+    if any(whole is None for *_, whole in pairs):
+        return []
+    lines = ["", "candidate rows vs whole rows (the same runs on each, interleaved):",
+             f"{'N':>3} {'tok/s':>7} {'whole':>7} {'ratio':>6} {'host ms':>7} {'whole':>7} {'KiB/rnd':>8} {'whole':>8}"]
+    for n, tps, host, copied, whole in pairs:
+        ratio = tps / whole["tokens_per_s"] if whole["tokens_per_s"] else 0.0  # type: ignore[index]
+        lines.append(f"{n:>3} {tps:7.2f} {whole['tokens_per_s']:7.2f} {ratio:5.3f}x {host:7.2f} "  # type: ignore[index]
+                     f"{whole['host_ms_per_round']:7.2f} {copied / 1024:8.2f} "  # type: ignore[index]
+                     f"{whole['copied_bytes_per_round'] / 1024:8.1f}")  # type: ignore[index]
+    return lines
 
 
 def check_writable(path: Path) -> None:
@@ -245,7 +266,7 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         _calibration_line(costs),
         f"verifier alone  {result.baseline_tokens_per_s:.2f} tokens/s wall-clock (interleaved in this run; python "
         f"share {result.baseline_python_share:.1%}; host {result.baseline_host_ms_per_round:.2f} ms and "
-        f"{result.baseline_copied_bytes_per_round / 1024:.0f} KiB copied per token){baseline}",
+        f"{result.baseline_copied_bytes_per_round / 1024:.1f} KiB copied per token){baseline}",
         "",
         f"{'N':>3} {'tok/s':>7} {'wall-clock':>10} {'predicted':>9} {'error':>6} {'accept':>7} {'mean len':>8} "
         f"{'break-even':>10} {'python':>7} {'host ms':>7} {'KiB/rnd':>7}" + "".join(f" {p:>{width}}" for p in priced),
@@ -258,7 +279,7 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:9.3f}x {run_.predicted_speedup:8.3f}x "
                      f"{run_.prediction_error:+6.3f} {run_.acceptance_rate:7.3f} {run_.mean_accepted_length:8.3f} "
                      f"{even} {run_.python_share:6.1%} {run_.host_ms_per_round:7.2f} "
-                     f"{run_.copied_bytes_per_round / 1024:7.0f}{proxies}{mark}")
+                     f"{run_.copied_bytes_per_round / 1024:7.1f}{proxies}{mark}")
     settings = ", ".join(f"{k}={v}" for k, v in result.settings.items())
     lines += ["", f"peak RSS  {result.peak_rss_mb:.0f} MiB   ({settings})",
               "wall-clock = tokens/s over the verifier alone's, both timed in this run on this machine (interleaved, "
@@ -269,6 +290,7 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         lines.append("priced (P) = the same rounds priced under cost profile P, against the verifier alone under P")
     lines.append("host ms = the loop's own time per round outside llama.cpp (Python, numpy, ctypes); KiB/rnd = logits "
                  "and hidden rows both models copied out of llama.cpp per round")
+    lines += _whole_rows_lines(result)
     lines.append("break-even = the mean accepted length N needs to match the verifier alone here (shown only where "
                  "the run is below it); the best N is the highest wall-clock speed-up among the stable Ns")
     for run_ in result.runs:

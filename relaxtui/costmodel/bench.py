@@ -53,6 +53,8 @@ class BenchRun:
     host_ms_per_round: float = 0.0  # the loop's own time outside llama.cpp per round (both models' calls excluded)
     copied_bytes_per_round: float = 0.0  # logits/hidden bytes both models copied out of llama.cpp per round
     proxy_speedup: dict[str, float] = field(default_factory=dict)  # profile name -> proxy speed-up
+    whole_rows: dict[str, float] | None = None  # --rows both: this N again on whole rows, interleaved (tokens_per_s,
+    # host_ms_per_round, copied_bytes_per_round)
     best: bool = False
     # the runs' self-check (`costmodel.timing`): each run's wall time over its own rounds priced by the
     # calibration; a run far off the others is re-run, and left out (the N flagged) if it stays off
@@ -90,6 +92,7 @@ class BenchResult:
     best_note: str | None = None  # why no N, or not every N, could be marked best
     baseline_host_ms_per_round: float = 0.0  # the verifier alone: a round is one token
     baseline_copied_bytes_per_round: float = 0.0
+    baseline_whole_rows: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, object]:
         """asdict, plus issue 18's names: ``wall_clock_speedup`` and ``priced_speedup`` per run (the older
@@ -102,7 +105,8 @@ class BenchResult:
         data["baseline"] = {"n": 0, "tokens_per_s": self.baseline_tokens_per_s,
                             "python_share": self.baseline_python_share,
                             "host_ms_per_round": self.baseline_host_ms_per_round,
-                            "copied_bytes_per_round": self.baseline_copied_bytes_per_round}
+                            "copied_bytes_per_round": self.baseline_copied_bytes_per_round,
+                            "whole_rows": self.baseline_whole_rows}
         return data
 
     @property
@@ -155,6 +159,17 @@ def host_costs(metrics: list[Metrics]) -> tuple[float, float]:
     return 1e3 * host / rounds, sum(m.copied_bytes for m in metrics) / rounds
 
 
+def rows_summary(metrics: list[Metrics]) -> dict[str, float] | None:
+    """tokens/s and host costs of runs on whole rows, beside the same runs on the engine's candidate rows."""
+    if not metrics:
+        return None
+    host_ms, copied = host_costs(metrics)
+    return {"tokens_per_s": _pooled(metrics)[0], "host_ms_per_round": host_ms, "copied_bytes_per_round": copied}
+
+
+ROWS = ("candidates", "whole", "both")  # --rows: the engine's candidate rows where they apply, whole rows, or both
+
+
 def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
     """tokens/s, acceptance rate, mean accepted length, python share, tokens — pooled over prompts."""
     tokens = sum(m.output_tokens for m in metrics)
@@ -168,9 +183,12 @@ def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
 
 def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence[int]], *, n_max: int = 5,
               max_tokens: int = 96, sampling: SamplingParams | None = None, seed: int = 0, repeats: int = 8,
-              passes: int = 2, profiles: Sequence[CostProfile] = (),
+              passes: int = 2, profiles: Sequence[CostProfile] = (), rows: str = "candidates",
               progress: Callable[[str], None] = lambda _: None) -> BenchResult:
+    """``rows``: "candidates" (the engine hands the top k where the sampling and rule allow: the loop's default),
+    "whole" (every row whole, the reference), or "both" (each N run on each, interleaved: the side-by-side)."""
     sampling = sampling or SamplingParams(temperature=0.0)
+    whole_rows = rows == "whole"
     progress("timing the raw verify-cost curve v(k)")
     curve = verify_curve(verifier, n_max + 1, repeats=max(3, repeats // 2))
     progress("warm-up")
@@ -179,6 +197,7 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
              drafter)  # the drafter's pages and buffers too: the first pass over a model pays the page cache
     lengths = range(0, n_max + 1)
     collected: dict[int, list[Metrics]] = {n: [] for n in lengths}
+    whole: dict[int, list[Metrics]] = {n: [] for n in lengths}  # --rows both: the same runs on whole rows
     calibrations = []
     for pass_index in range(passes):
         for prompt_index, prompt in enumerate(prompts):
@@ -186,14 +205,19 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
                      f"then N=0..{n_max}")
             calibrations.append(calibrate(verifier, drafter, max_block=n_max + 1, sampling=sampling,
                                           context=typical_context(prompt, max_tokens), repeats=repeats,
-                                          seed=seed + pass_index))
+                                          seed=seed + pass_index, whole_rows=whole_rows))
             for n in lengths:
-                config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed)
+                config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
+                                          dense_rows=whole_rows)
                 collected[n].append(_run_one(verifier, prompt, config, drafter if n else None))
+                if rows == "both":
+                    reference = replace(config, dense_rows=True)
+                    whole[n].append(_run_one(verifier, prompt, reference, drafter if n else None))
     costs = median_costs(calibrations)
 
     def rerun(n: int, index: int) -> Metrics:
-        config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed)
+        config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
+                                  dense_rows=whole_rows)
         return _run_one(verifier, prompts[index % len(prompts)], config, drafter if n else None)
 
     check = check_runs(collected, lambda runs: predicted_seconds(costs, runs), rerun, progress)
@@ -214,7 +238,8 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
         reason = check.reasons.get(n) or wall_vs_predicted_problem(wall, predicted)
         host_ms, copied = host_costs(kept[n])
         runs.append(BenchRun(n, tps, wall, predicted, acceptance, mean_length, machine.break_even_length(n), share,
-                             tokens, host_ms, copied, proxies, stable=reason is None, unstable_reason=reason,
+                             tokens, host_ms, copied, proxies, rows_summary(whole[n]), stable=reason is None,
+                             unstable_reason=reason,
                              spread=check.spreads.get(n, 0.0), reruns=check.reruns.get(n, 0),
                              dropped=len(collected[n]) - len(kept[n])))
     base_reason = check.reasons.get(0)
@@ -222,10 +247,11 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     return BenchResult(costs.verifier_decode_s, costs.drafter_decode_s, costs.c_rel, curve, asdict(costs),
                        base_tps, base_share, runs, peak_rss_mb(), drafter.traits.kind,
                        {"prompts": len(prompts), "passes": passes, "max_tokens": max_tokens,
-                        "temperature": sampling.temperature, "seed": seed},
+                        "temperature": sampling.temperature, "seed": seed, "rows": rows},
                        baseline_stable=base_reason is None, baseline_unstable_reason=base_reason, best_note=best_note,
                        baseline_host_ms_per_round=host_costs(kept[0])[0],
-                       baseline_copied_bytes_per_round=host_costs(kept[0])[1])
+                       baseline_copied_bytes_per_round=host_costs(kept[0])[1],
+                       baseline_whole_rows=rows_summary(whole[0]))
 
 
 def mark_best(runs: Sequence[BenchRun], baseline_reason: str | None = None) -> tuple[list[BenchRun], str | None]:
