@@ -304,6 +304,3 @@ def _argmax(logits: np.ndarray) -> int:
         raise NumericsError(f"the verifier's logits hold a non-finite value ({logits[best]}) at token {best}")
     return best
 
-
-def _prob(row: np.ndarray | None, token: int) -> float | None:
-    return float(row[token]) if row is not None else None

@@ -41,9 +41,10 @@ class TokenEvent:
     """One emitted token and why it was emitted.
 
     ``p_x``/``q_x``/``pi_x`` are the processed verifier, drafter and rule-target probabilities of the
-    emitted token (raw softmax at greedy); ``logp_x`` is log p(x) under the verifier's raw logits row at
-    temperature 1 (the label-free drift signal); ``accept_prob`` is min(1, π_rej(x)/q(x)) for drafted tokens.
-    For a resampled token, ``rejected_token`` is the draft it replaced and ``draft_position`` where it stood.
+    emitted token (raw softmax at greedy, or the processed one-hot's 1 on candidate rows without the normaliser);
+    ``logp_x`` is log p(x) under the verifier's raw logits row at temperature 1 (the label-free drift signal; None
+    on candidate rows without the normaliser, docs/method.md); ``accept_prob`` is min(1, π_rej(x)/q(x)) for drafted
+    tokens. For a resampled token, ``rejected_token`` is the draft it replaced and ``draft_position`` where it stood.
     """
 
     index: int
