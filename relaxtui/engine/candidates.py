@@ -42,7 +42,7 @@ def _ggml() -> ctypes.CDLL | None:
     for name, args in (("ggml_nelements", [tensor]), ("ggml_reshape_2d", [tensor, tensor, ctypes.c_int64,
                                                                             ctypes.c_int64]),
                        ("ggml_top_k", [tensor, tensor, ctypes.c_int]), ("ggml_get_rows", [tensor, tensor, tensor]),
-                       ("ggml_soft_max", [tensor, tensor])):
+                       ("ggml_soft_max", [tensor, tensor]), ("ggml_argmax", [tensor, tensor])):
         function = getattr(lib, name, None)
         if function is None:
             return None
@@ -67,7 +67,8 @@ def _iface(spec: RowSpec) -> object:
         row = data.contents  # type: ignore[attr-defined]
         n = ggml.ggml_nelements(row.logits)
         column = ggml.ggml_reshape_2d(ctx, row.logits, 1, n)  # get_rows picks rows: one logit per row
-        top = ggml.ggml_top_k(ctx, row.logits, min(spec.k, n))
+        top = (ggml.ggml_argmax(ctx, ggml.ggml_reshape_2d(ctx, row.logits, n, 1)) if spec.k == 1  # one pass, no sort
+               else ggml.ggml_top_k(ctx, row.logits, min(spec.k, n)))
         row.candidates = top
         if spec.normaliser:
             probs = ggml.ggml_soft_max(ctx, row.logits)
