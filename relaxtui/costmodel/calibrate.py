@@ -148,8 +148,7 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
     rule = rule or Strict()
     rng = np.random.default_rng(seed)
     rows = sequence_of(verifier)  # the rows a generation with this rule and sampling runs on (row_spec), timed so
-    if not rows.use_candidates(row_spec(rule, sampling, verifier.n_vocab, dense=whole_rows)):
-        rows.use_candidates(None)
+    rows.use_candidates(row_spec(rule, sampling, verifier.n_vocab, dense=whole_rows))
     timed_drafter = drafter if drafter is not None and drafter.traits.holds_model else None
     held = timed_drafter.traits.n_ctx if timed_drafter is not None else None
     room = min(verifier.n_ctx, held if held is not None else verifier.n_ctx) - max_block - 4

@@ -25,6 +25,7 @@ from relaxtui.decoding.sampling import (
     SamplingParams,
     TopLogits,
     bounds_support,
+    candidate_count,
     candidates,
     process,
     sample,
@@ -67,15 +68,12 @@ def row_spec(rule: Rule, sampling: SamplingParams, vocab_size: int, *, dense: bo
     ``logprobs``/``alternatives``: a consumer reads log p(x) at T=1 or the top alternatives' probabilities, so the
     engine adds the row's normaliser (a pass over the vocabulary, in the graph); log p(x) of every token from a rule
     that may emit outside p's support (so outside the top k) needs whole rows."""
-    if dense or rule.needs_logits:
+    k = candidate_count(sampling, vocab_size, alternatives)
+    if dense or rule.needs_logits or k is None:
         return None
     if sampling.greedy:
-        return RowSpec(max(1, alternatives), logprobs or alternatives > 0)
-    if logprobs and rule.may_leave_support:
-        return None
-    if takes_support(rule, sampling, vocab_size) and 0 < sampling.top_k < vocab_size:
-        return RowSpec(sampling.top_k, logprobs)
-    return None
+        return RowSpec(k, logprobs or alternatives > 0)
+    return None if logprobs and rule.may_leave_support else RowSpec(k, logprobs)
 
 
 def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_logits: np.ndarray | None,

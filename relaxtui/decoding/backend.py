@@ -220,7 +220,8 @@ class OneSequence:
 
 
 def set_candidates(model: object, seq: int, spec: RowSpec | None) -> bool:
-    """Ask ``model`` for candidate rows on ``seq`` (a capability a backend may lack: then whole rows, False). A
+    """Ask ``model`` for candidate rows on ``seq``; False: it cannot (a capability a backend may lack), and hands
+    whole rows. A
     multi-sequence backend takes ``set_candidates(seq, spec)``, a one-sequence view ``use_candidates(spec)``."""
     setter = getattr(model, "set_candidates", None)
     if setter is not None:
@@ -328,12 +329,10 @@ class FakeBackend:
 
     def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
         """Rows of ``seq`` as ``TopLogits`` (what llama.cpp's backend sampling hands), computed here in numpy."""
-        if spec is not None and not self.candidate_rows:
-            return False
-        if spec is None:
+        if spec is None or not self.candidate_rows:  # (refused: whole rows, as a real backend leaves them)
             self.candidates.pop(seq, None)
-        else:
-            self.candidates[seq] = spec
+            return spec is None
+        self.candidates[seq] = spec
         return True
 
     def rollback(self, position: int) -> None:

@@ -28,7 +28,7 @@ from relaxtui.decoding.sampling import (
     RowSpec,
     SamplingParams,
     TopLogits,
-    bounds_support,
+    candidate_count,
     candidates,
     process,
     scatter,
@@ -94,18 +94,14 @@ def drafter_rows(request: DraftRequest, p_min: float, vocab_size: int, drafter_v
     alternatives shown, at greedy; with the normaliser where --draft-p-min or a shown q(x) reads the raw
     probability) unless the rule reads raw logits or the sampling leaves the whole vocabulary. A drafter with
     padding ids past the verifier's vocabulary asks for as many more (cut off, they leave the top k)."""
-    sampling = request.sampling
-    extra = max(0, drafter_vocab - vocab_size)
-    if request.whole_rows:
+    k = candidate_count(request.sampling, vocab_size, request.alternatives)
+    if request.whole_rows or k is None:
         return None
-    if sampling.greedy:
-        normaliser = p_min > 0 or request.alternatives > 0
-        if normaliser and extra:
-            return None  # the normaliser would count the padding ids the whole-row path cuts first
-        return RowSpec(max(1, request.alternatives) + extra, normaliser)
-    if bounds_support(sampling, vocab_size) and 0 < sampling.top_k < vocab_size:
-        return RowSpec(sampling.top_k + extra)
-    return None
+    extra = max(0, drafter_vocab - vocab_size)
+    normaliser = request.sampling.greedy and (p_min > 0 or request.alternatives > 0)
+    if normaliser and extra:
+        return None  # the normaliser would count the padding ids the whole-row path cuts first
+    return RowSpec(k + extra, normaliser)
 
 
 class ModelDrafter(BaseDrafter):
@@ -204,9 +200,8 @@ class ModelDrafter(BaseDrafter):
 
     def _rows(self, request: DraftRequest) -> None:
         """Candidate rows from the engine for this request's sequence where they suffice (whole rows otherwise)."""
-        spec = drafter_rows(request, self.p_min, self.target_vocab, self.model.n_vocab)
-        if not set_candidates(self._model, request.seq, spec):
-            set_candidates(self._model, request.seq, None)
+        set_candidates(self._model, request.seq, drafter_rows(request, self.p_min, self.target_vocab,
+                                                              self.model.n_vocab))  # (False: whole rows stay)
 
     def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]:
         """q and raw logits one step past the sequence's last draft (the relaxed-bonus rules need it); no raw

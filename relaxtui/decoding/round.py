@@ -134,9 +134,8 @@ def open_slot(verifier: Backend, seq: int, prompt: Sequence[int], config: Genera
     rule = check_request(verifier, prompt, config, drafter, rule)
     # candidate rows from the engine where the rule and the sampling allow (else, or where it cannot, whole rows)
     view = sequence_of(verifier)
-    if not view.use_candidates(row_spec(rule, config.sampling, verifier.n_vocab, dense=config.dense_rows,
-                                        logprobs=config.logprobs, alternatives=config.top_alternatives)):
-        view.use_candidates(None)
+    view.use_candidates(row_spec(rule, config.sampling, verifier.n_vocab, dense=config.dense_rows,
+                                 logprobs=config.logprobs, alternatives=config.top_alternatives))
     draft_rng, accept_rng = spawn_generators(config.seed)
     draft_max = config.draft_max if drafter is not None else 0
     started = clock()

@@ -159,6 +159,14 @@ def bounds_support(params: SamplingParams, vocab_size: int) -> bool:
     return params.greedy or 0 < params.top_k < vocab_size or params.top_p < 1.0
 
 
+def candidate_count(params: SamplingParams, vocab_size: int, alternatives: int = 0) -> int | None:
+    """How many of a row's largest logits the engine must hand for these settings to be exact: greedy's argmax (or
+    the alternatives shown), else top-k's k; None when top-k is off (top-p alone needs the whole row sorted)."""
+    if params.greedy:
+        return max(1, alternatives)
+    return params.top_k if 0 < params.top_k < vocab_size else None
+
+
 def candidates(logits: Row, params: SamplingParams) -> Candidates:
     """The processed distribution (SPEC §2: temperature, top-k, top-p) as candidates; greedy: the argmax."""
     if params.greedy:
