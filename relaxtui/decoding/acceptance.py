@@ -27,6 +27,7 @@ from relaxtui.decoding.sampling import (
     bounds_support,
     candidate_count,
     candidates,
+    position,
     process,
     sample,
     scatter,
@@ -109,12 +110,8 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     for i, x in enumerate(draft_tokens):
         q_full = draft_probs[i] if draft_probs is not None else None
         if on_support:
-            p, q_row = candidates(target_logits[i], sampling), draft_q[i] if i < len(draft_q) else None
-            if q_row is not None:
-                ids, p, q, x_at = _on_candidates(p, q_row, x)
-            else:
-                q_ids = draft_supports[i] if i < len(draft_supports) else np.flatnonzero(q_full)
-                ids, p, q, x_at = _on_support(p, q_full, q_ids, x)  # type: ignore[arg-type]
+            ids, p, q, x_at = _on_support(candidates(target_logits[i], sampling), _q_on_support(
+                i, draft_q, draft_supports, q_full), x)
             logits_p = logits_q = None  # a support-path rule reads no logits (it declared so)
         else:
             ids, p, q, x_at = None, process(target_logits[i], sampling), q_full, x
@@ -158,18 +155,19 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     return emitted
 
 
-def _on_support(p: Candidates, q_full: np.ndarray, q_ids: np.ndarray,
-                x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _q_on_support(i: int, draft_q: Sequence[Candidates], draft_supports: Sequence[np.ndarray],
+                  q_full: np.ndarray | None) -> Candidates:
+    """q_i on its support: as the drafter handed it, else gathered from its whole row (at the ids the drafter
+    named, or where it is non-zero)."""
+    if i < len(draft_q):
+        return draft_q[i]
+    ids = draft_supports[i] if i < len(draft_supports) else np.flatnonzero(q_full)
+    return Candidates(ids, q_full[ids])  # type: ignore[index]
+
+
+def _on_support(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(ids, p, q, index of x) on the union of p's and q's supports (and x: a draft q gives no mass is still
     judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one."""
-    ids = np.union1d(np.union1d(p.ids, q_ids), [x])
-    p_on = np.zeros(len(ids))
-    p_on[np.searchsorted(ids, p.ids)] = p.probs
-    return ids, p_on, q_full[ids], int(np.searchsorted(ids, x))
-
-
-def _on_candidates(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """``_on_support`` from q's candidates alone (no whole q row): the same union, the same numbers."""
     ids = np.unique(np.concatenate((p.ids, q.ids, [x])))  # (one sort: the union of the three)
     p_on, q_on = np.zeros(len(ids)), np.zeros(len(ids))
     p_on[np.searchsorted(ids, p.ids)] = p.probs
@@ -250,8 +248,8 @@ def _greedy_q(row: Row, p_ids: np.ndarray | None) -> tuple[np.ndarray | None, np
 
 
 def _on_ids(q: np.ndarray, ids: np.ndarray, token: int) -> float | None:
-    at = np.flatnonzero(ids == token)
-    return float(q[at[0]]) if len(at) else None  # below the drafter's top k: not known, not guessed
+    at = position(ids, token)
+    return float(q[at]) if at is not None else None  # below the drafter's top k: not known, not guessed
 
 
 def _no_q(token: int) -> None:
@@ -273,7 +271,7 @@ def _p_at(p: np.ndarray | None, ids: np.ndarray | None, token: int) -> float:
         return 1.0
     if ids is None:
         return float(p[token])
-    return float(p[np.flatnonzero(ids == token)[0]])
+    return float(p[position(ids, token)])  # type: ignore[index]
 
 
 def _logp(row: Row, token: int, lse: float | None) -> float | None:

@@ -84,9 +84,8 @@ def make_draft(tokens: list[int], q: list[Candidates], raw: Sequence[Row], vocab
     whole rows with the raw logits (what every rule can read); a candidate-row draft keeps the engine's rows."""
     whole = not raw or not isinstance(raw[0], TopLogits)
     if whole:
-        return Draft(tokens, scatter(q, vocab), np.stack(raw) if raw else np.empty((0, vocab)), seconds,
-                     supports=tuple(row.ids for row in q), q=tuple(q))
-    return Draft(tokens, None, list(raw), seconds, supports=tuple(row.ids for row in q), q=tuple(q))
+        return Draft(tokens, scatter(q, vocab), np.stack(raw) if raw else np.empty((0, vocab)), seconds, q=tuple(q))
+    return Draft(tokens, None, list(raw), seconds, q=tuple(q))
 
 
 def drafter_rows(request: DraftRequest, p_min: float, vocab_size: int, drafter_vocab: int) -> RowSpec | None:

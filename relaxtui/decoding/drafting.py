@@ -75,10 +75,9 @@ class Draft:
     # engine's candidates (TopLogits); None without a distribution
     seconds: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
-    supports: tuple[np.ndarray, ...] = ()  # per position, the ascending ids where q > 0 (spares the support path a
-    # pass over each row to find them); empty: not known, found from the rows
-    q: tuple[Candidates, ...] = ()  # per position, processed q on its support: what the support path reads (then
-    # ``probs`` may be None: a drafter on candidate rows builds no whole rows)
+    q: tuple[Candidates, ...] = ()  # per position, processed q on its support: what the support path reads (spares
+    # it a pass over each row; ``probs`` may then be None: a drafter on candidate rows builds no whole rows); empty:
+    # not known, found from the rows
 
     def dense_probs(self, vocab: int) -> np.ndarray:
         """[n, vocab] processed q: ``probs``, or built from ``q`` (the dense path of a candidate-row draft)."""

@@ -202,7 +202,6 @@ def _one_hot(draft: Draft, vocab: int) -> Draft:
     """q of a drafter without a distribution: all its mass on the token it proposed; no logits (whole rows are
     built from it only on the dense path)."""
     return Draft(draft.tokens, None, None, draft.seconds, draft.extra,
-                 supports=tuple(np.array([token]) for token in draft.tokens),
                  q=tuple(Candidates(np.array([token]), np.ones(1)) for token in draft.tokens))
 
 
@@ -214,8 +213,7 @@ def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     emitted = accept_round(slot.draft_tokens, draft.probs if draft else np.empty((0, 0)),  # type: ignore[arg-type]
                            draft.logits if draft else None, target_logits, slot.rule, slot.config.sampling,
                            slot.accept_rng, bonus_draft=_bonus_step(slot), bonus=slot.config.bonus,
-                           dense=slot.config.dense_rows, draft_supports=draft.supports if draft else (),
-                           draft_q=draft.q if draft else ())
+                           dense=slot.config.dense_rows, draft_q=draft.q if draft else ())
     n_accepted = len(emitted) - 1
     slot.round_logprobs = [item.logp_x for item in emitted]  # from the rows the rule already read
     _keep(slot, slot.base + 1 + n_accepted)

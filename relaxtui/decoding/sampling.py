@@ -117,8 +117,8 @@ class TopLogits:
         """log p(token) at T=1; None without the normaliser or for a token outside the top k."""
         if self.log_norm is None:
             return None
-        at = np.flatnonzero(self.ids == token)
-        return float(self.logits[at[0]]) - self.log_norm if len(at) else None
+        at = position(self.ids, token)
+        return float(self.logits[at]) - self.log_norm if at is not None else None
 
     def fitted(self, vocab_size: int) -> TopLogits:
         """The same row for a vocabulary of ``vocab_size`` (a drafter's padding ids beyond it dropped)."""
@@ -126,6 +126,12 @@ class TopLogits:
             return self
         keep = self.ids < vocab_size
         return TopLogits(self.ids[keep], self.logits[keep], vocab_size, self.log_norm, self.complete)
+
+
+def position(ids: np.ndarray, token: int) -> int | None:
+    """Where ``token`` sits in a candidate row's ids (in no particular order); None when it is not there."""
+    at = np.flatnonzero(ids == token)
+    return int(at[0]) if len(at) else None
 
 
 Row = np.ndarray | TopLogits  # one raw logits row: whole (the dense path) or its top (candidate rows)
