@@ -32,6 +32,21 @@ def fake(table: np.ndarray, **kwargs) -> FakeBackend:
     return FakeBackend(markov_logits(table), table.shape[1], **kwargs)
 
 
+def first_token_counts(verifier, drafter, rule, sampling, vocab: int, runs: int) -> np.ndarray:
+    """How often each token came first in ``runs`` seeded runs of the loop (N = 2, three tokens): what the Monte
+    Carlo law tests compare with the exact first-token law."""
+    from relaxtui.decoding.events import TokenEvent
+    from relaxtui.decoding.loop import GenerationConfig, generate
+
+    counts = np.zeros(vocab)
+    for seed in range(runs):
+        config = GenerationConfig(draft_max=2, max_tokens=3, sampling=sampling, seed=seed)
+        first = next(e for e in generate(verifier, [0], config, drafter=drafter, rule=rule)
+                     if isinstance(e, TokenEvent))
+        counts[first.token_id] += 1
+    return counts
+
+
 def _model_path(name: str) -> Path:
     path = models_dir() / name
     if not path.exists():

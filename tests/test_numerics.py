@@ -14,6 +14,7 @@ from relaxtui.decoding.sampling import SamplingParams, process, sample, softmax
 from relaxtui.errors import NumericsError
 from relaxtui.rules import PAPER_GRID, RULES, Rule, acceptance_probability, make
 from relaxtui.rules.rfuzzy import js_divergence
+from tests.conftest import first_token_counts
 from tests.test_rules import exact_first_token_law
 
 DENSE = SamplingParams(temperature=0.6, top_k=0, top_p=1.0)
@@ -143,12 +144,7 @@ def test_first_token_law_with_a_padded_drafter(name, knob):
     logits_q = np.concatenate([draft[0], np.full(PAD, -np.inf, np.float32)])
     p, q = softmax(target[0]), softmax(logits_q)
     law = exact_first_token_law(rule, p, q, target[0], logits_q)
-    counts = np.zeros(VERIFIER_VOCAB)
     runs = 2000
-    for seed in range(runs):
-        config = GenerationConfig(draft_max=2, max_tokens=3, sampling=plain, seed=seed)
-        first = next(e for e in generate(verifier, [0], config, drafter=drafter, rule=rule)
-                     if isinstance(e, TokenEvent))
-        counts[first.token_id] += 1
+    counts = first_token_counts(verifier, drafter, rule, plain, VERIFIER_VOCAB, runs)
     tolerance = 5 * np.sqrt(law * (1 - law) / runs) + 0.003
     assert np.all(np.abs(counts / runs - law) <= tolerance)

@@ -15,7 +15,7 @@ from relaxtui.errors import UserError
 from relaxtui.rules import PAPER_GRID, RULES, make
 from relaxtui.rules.base import residual
 from relaxtui.rules.cactus import boosted_mass
-from tests.conftest import VOCAB, fake, random_table
+from tests.conftest import VOCAB, fake, first_token_counts, random_table
 
 STRICT_SETTINGS = {
     "strict": None, "mentored": 0.0, "cactus": 0.0, "ensemble": 1.0, "rfuzzy": -1.0,
@@ -139,13 +139,8 @@ def test_emitted_token_law_through_the_loop(name, knob):
         pi, _ = rule.targets(p, q, 0, logits_p=target_table[0], logits_q=draft_table[0])
         assert np.allclose(law, pi)
     runs = 2000
-    counts = np.zeros(VOCAB)
     verifier, drafter = fake(target_table), ModelDrafter(fake(draft_table), VOCAB)
-    for seed in range(runs):
-        events = list(generate(verifier, [0], GenerationConfig(draft_max=2, max_tokens=3, sampling=PLAIN,
-                                                                seed=seed), drafter=drafter, rule=rule))
-        first = next(e for e in events if isinstance(e, TokenEvent))
-        counts[first.token_id] += 1
+    counts = first_token_counts(verifier, drafter, rule, PLAIN, VOCAB, runs)
     tolerance = 5 * np.sqrt(law * (1 - law) / runs) + 0.003
     assert np.all(np.abs(counts / runs - law) <= tolerance), (counts / runs, law)
 

@@ -17,7 +17,7 @@ from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.sampling import SamplingParams, bounds_support, candidates, process, sample
 from relaxtui.rules import PAPER_GRID, make
 from relaxtui.rules.base import Rule, residual
-from tests.conftest import VOCAB, fake, random_table
+from tests.conftest import VOCAB, fake, first_token_counts, random_table
 
 SUPPORT_RULES = [(name, knob) for name, knobs in PAPER_GRID.items() for knob in knobs
                  if not make(name, knob).needs_logits]
@@ -158,13 +158,8 @@ def test_the_emitted_token_law_holds_through_the_support_path(name, knob):
         law[x] += q[x] * decision.accept_prob
         law += q[x] * (1 - decision.accept_prob) * fallback / fallback.sum()
     runs = 2000
-    counts = np.zeros(VOCAB)
     verifier, drafter = fake(target_table), ModelDrafter(fake(draft_table), VOCAB)
-    for seed in range(runs):
-        config = GenerationConfig(draft_max=2, max_tokens=3, sampling=BOUNDED_SMALL, seed=seed)
-        first = next(e for e in generate(verifier, [0], config, drafter=drafter, rule=rule)
-                     if isinstance(e, TokenEvent))
-        counts[first.token_id] += 1
+    counts = first_token_counts(verifier, drafter, rule, BOUNDED_SMALL, VOCAB, runs)
     tolerance = 5 * np.sqrt(law * (1 - law) / runs) + 0.003
     assert np.all(np.abs(counts / runs - law) <= tolerance), (counts / runs, law)
 

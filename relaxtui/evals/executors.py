@@ -69,6 +69,15 @@ class _Local:
             self._prompts[sample.id] = found
         return found
 
+    def _runnable(self, task: Task, units: Sequence[WorkUnit],
+                  should_stop: Callable[[], bool]) -> Iterator[WorkUnit | dict[str, Any]]:
+        """Each unit whose row can run, or the failed record of one that cannot; nothing more after a stop request."""
+        for unit in units:
+            if should_stop():
+                return
+            prompt = self.prompt(unit.sample)
+            yield failed_record(task, unit, prompt) if isinstance(prompt, str) else unit
+
 
 class SequentialExecutor(_Local):
     """Runs units one at a time on one verifier/drafter pair (the one-sequence loop)."""
@@ -80,17 +89,14 @@ class SequentialExecutor(_Local):
     def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
             should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
         """Yield one record per finished unit; a unit cut short by a stop request yields nothing."""
-        for unit in units:
-            if should_stop():
-                return
-            prompt = self.prompt(unit.sample)
-            if isinstance(prompt, str):
-                yield failed_record(task, unit, prompt)
+        for unit in self._runnable(task, units, should_stop):
+            if isinstance(unit, dict):  # a failed record
+                yield unit
                 continue
             config, rule = unit_config(plan, unit)
             drafter = self.drafter if unit.point.rule else None
             finished = None
-            for event in generate(self.verifier, prompt, config, drafter=drafter, rule=rule,
+            for event in generate(self.verifier, self.prompt(unit.sample), config, drafter=drafter, rule=rule,
                                   should_stop=should_stop):
                 if isinstance(event, Finished):
                     finished = event
@@ -119,15 +125,15 @@ class ParallelExecutor(_Local):
             should_stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
         """Yield one record per finished unit, as units finish: the units, in plan order, are the jobs of one
         ``BatchedExecutor`` run in this thread (the server's continuous batching, fed once and closed)."""
-        runnable = []
-        for unit in units:
-            if should_stop():
-                return
-            prompt = self.prompt(unit.sample)
-            if isinstance(prompt, str):
-                yield failed_record(task, unit, prompt)
+        runnable, seen = [], 0
+        for unit in self._runnable(task, units, should_stop):
+            seen += 1
+            if isinstance(unit, dict):  # a failed record
+                yield unit
             else:
                 runnable.append(unit)
+        if seen < len(units):
+            return  # a stop request came before every unit was looked at
         batch = BatchedExecutor(self.verifier, self.drafter)
         batch.submit(self._jobs(plan, runnable))
         batch.close()  # no more jobs: the run ends when these are done
