@@ -35,6 +35,24 @@ def test_reusable_prefix(cached, prefix, policy, expected):
     assert common_prefix(cached, prefix) >= expected
 
 
+def _loop_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_common_prefix_finds_the_first_difference_anywhere_in_long_sequences():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        a = rng.integers(0, 4, int(rng.integers(0, 400))).tolist()
+        b = a[:int(rng.integers(0, len(a) + 1))] + rng.integers(0, 4, int(rng.integers(0, 50))).tolist()
+        expected = _loop_prefix(a, b)
+        assert common_prefix(a, b) == expected
+        assert common_prefix(b, a) == expected
+        assert common_prefix(tuple(a), b) == expected  # a tuple beside a list: compared token by token
+
+
 def test_same_prompt_twice_decodes_nothing_new_and_gives_the_same_tokens(markov_pair):
     target, draft = markov_pair
     verifier, draft_model = fake(target), fake(draft)

@@ -21,9 +21,22 @@ ReusePolicy = Literal["exact", "longest"]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
+    """Length of the longest common prefix of two token sequences. A drafter re-syncs with it every round, over
+    the whole context: lists compare by slices (in C) and bisect to the first difference, so a long chat costs a
+    few slice compares per round, not a Python loop over every token."""
     n = min(len(a), len(b))
-    for i in range(n):
+    lo = 0  # a[:lo] == b[:lo]
+    if isinstance(a, list) and isinstance(b, list):
+        if a[:n] == b[:n]:
+            return n
+        hi = n  # a[:hi] != b[:hi]
+        while hi - lo > 32:
+            mid = (lo + hi) // 2
+            if a[lo:mid] == b[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+    for i in range(lo, n):
         if a[i] != b[i]:
             return i
     return n
