@@ -232,6 +232,10 @@ def test_llama_cpp_hands_the_top_k_of_its_own_whole_rows(test_model_path, spec):
             else:
                 assert found.log_norm is None
         model.rollback(len(tokens) - 4)
+        gapped = model.decode(tokens[-4:], logits_rows=[0, 2, 3])  # outputs not one stride apart: row by row
+        for row, found in zip([whole[0], whole[2], whole[3]], gapped, strict=True):
+            assert np.array_equal(found.logits, row[found.ids]) and len(found.ids) == spec.k
+        model.rollback(len(tokens) - 4)
         assert model.set_candidates(0, None)  # whole rows again
         assert np.array_equal(model.decode(tokens[-4:], logits_rows=[3])[0], whole[3])
 

@@ -28,8 +28,10 @@ from relaxtui.decoding.sampling import (
     RowSpec,
     SamplingParams,
     TopLogits,
+    argmax,
     candidate_count,
     candidates,
+    one_hot,
     process,
     scatter,
 )
@@ -44,10 +46,8 @@ __all__ = ["DRAFT_KINDS", "KINDS", "Draft", "DraftRequest", "Drafter", "DrafterK
            "open_gguf", "propose"]
 
 
-def _confidence(q: Candidates, logits: Row, sampling: SamplingParams) -> float:
-    """The drafter's top probability; at greedy q is one-hot, so read the raw softmax (T=1) instead."""
-    if not sampling.greedy:
-        return float(q.probs.max())
+def _greedy_confidence(logits: Row) -> float:
+    """The drafter's top probability at greedy, where q is one-hot: the raw softmax (T=1) instead."""
     if isinstance(logits, TopLogits):  # the engine's argmax and normaliser (asked for when p_min is on)
         return float(np.exp(float(logits.logits.max()) - logits.log_norm))  # type: ignore[operator]
     top = float(logits.max())
@@ -69,19 +69,29 @@ def fit_vocab(logits: Row, target_vocab: int) -> Row:
 
 
 def propose(logits: Row, sampling: SamplingParams, rng: np.random.Generator,
-            p_min: float = 0.0) -> tuple[int, Candidates] | None:
+            p_min: float = 0.0) -> tuple[int, Candidates | None] | None:
     """One draft step from the drafter's (fitted) logits: (token, processed q on its support), or None when the
     drafter's top probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify
-    width). The draw needs only the support: no pass over a whole row for it; greedy needs no draw at all."""
+    width). The draw needs only the support: no pass over a whole row for it; greedy needs no draw at all, and its
+    q (the one-hot of the token) is left None for ``make_draft`` to make once the draft is done: this runs between
+    two decodes, where each first numpy call costs tens of microseconds."""
+    if sampling.greedy:
+        token = argmax(logits)
+        if p_min > 0 and _greedy_confidence(logits) < p_min:
+            return None
+        return token, None
     q = candidates(logits, sampling)
-    if p_min > 0 and _confidence(q, logits, sampling) < p_min:
+    if p_min > 0 and float(q.probs.max()) < p_min:
         return None
-    return (int(q.ids[0]) if sampling.greedy else q.draw(rng)), q
+    return q.draw(rng), q
 
 
-def make_draft(tokens: list[int], q: list[Candidates], raw: Sequence[Row], vocab: int, seconds: float) -> Draft:
-    """A drafter's Draft from its steps: q on its support (what the support path reads) and, from whole rows, as
-    whole rows with the raw logits (what every rule can read); a candidate-row draft keeps the engine's rows."""
+def make_draft(tokens: list[int], q: list[Candidates | None], raw: Sequence[Row], vocab: int,
+               seconds: float) -> Draft:
+    """A drafter's Draft from its steps: q on its support (what the support path reads; greedy's one-hot where a
+    step left it None) and, from whole rows, as whole rows with the raw logits (what every rule can read); a
+    candidate-row draft keeps the engine's rows."""
+    q = [step if step is not None else one_hot(token) for token, step in zip(tokens, q, strict=True)]
     whole = not raw or not isinstance(raw[0], TopLogits)
     if whole:
         return Draft(tokens, scatter(q, vocab), np.stack(raw) if raw else np.empty((0, vocab)), seconds, q=tuple(q))
@@ -168,7 +178,7 @@ class ModelDrafter(BaseDrafter):
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.model.n_ctx - len(r.context))) for r in requests]
-        made: list[tuple[list[int], list[Candidates], list[Row]]] = [([], [], []) for _ in requests]
+        made: list[tuple[list[int], list[Candidates | None], list[Row]]] = [([], [], []) for _ in requests]
         pending = {i: SeqDecode(r.seq, self._resync(r.seq, r.context), [-1])
                    for i, r in enumerate(requests) if limits[i] > 0}
         for i in pending:

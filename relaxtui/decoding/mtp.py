@@ -65,7 +65,7 @@ class MtpDrafter(BaseDrafter):
 
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.head.n_ctx - len(r.context))) for r in requests]
-        made: list[tuple[list[int], list[Candidates], list[np.ndarray]]] = [([], [], []) for _ in requests]
+        made: list[tuple[list[int], list[Candidates | None], list[np.ndarray]]] = [([], [], []) for _ in requests]
         for r in requests:
             self._forget(r.seq)
         live = [i for i, limit in enumerate(limits) if limit > 0]

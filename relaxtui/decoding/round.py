@@ -33,7 +33,7 @@ from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
 from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
-from relaxtui.decoding.sampling import Candidates, spawn_generators
+from relaxtui.decoding.sampling import one_hot, spawn_generators
 from relaxtui.engine.text import StreamDecoder
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule
@@ -202,7 +202,7 @@ def _one_hot(draft: Draft, vocab: int) -> Draft:
     """q of a drafter without a distribution: all its mass on the token it proposed; no logits (whole rows are
     built from it only on the dense path)."""
     return Draft(draft.tokens, None, None, draft.seconds, draft.extra,
-                 q=tuple(Candidates(np.array([token]), np.ones(1)) for token in draft.tokens))
+                 q=tuple(one_hot(token) for token in draft.tokens))
 
 
 def accept(slot: Slot, target_logits: Any) -> list[Emitted]:

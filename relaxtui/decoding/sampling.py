@@ -7,6 +7,8 @@ Randomness is always passed in as a ``np.random.Generator``; nothing here touche
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from relaxtui.errors import NumericsError, UserError
 
 _ONE = np.ones(1)  # greedy's q and p on their support (shared: nothing writes into a distribution)
 _ONE.flags.writeable = False
+_FEW = 256  # a distribution this short is drawn from in Python floats (sample)
 MIN_TEMPERATURE = 1e-5  # below this (and above 0) logits / T overflow to inf and every draw is NaN: vLLM's epsilon
 
 
@@ -82,27 +85,59 @@ class RowSpec:
     normaliser: bool = False
 
 
-@dataclass(frozen=True, slots=True)
 class TopLogits:
     """The top of one raw logits row as the engine hands it: the ``k`` largest logits and their ids (in no
     particular order) and, when asked, log Σ exp(logits) over the whole row (so log p(x) at T=1 = logit(x) − it).
 
     Top-k/top-p with ``top_k <= k`` need nothing else: ``candidates`` and ``process`` give, from it, the same
-    processed distribution as from the whole row."""
+    processed distribution as from the whole row. Immutable by convention. ``ids`` and ``logits`` may come as plain
+    number sequences (greedy's one-candidate rows do, from the engine) and become arrays when first read as such:
+    most such rows are only asked their ``argmax``, and right after a decode the first numpy call costs tens of
+    microseconds on a CPU whose caches the model's weights have flushed."""
 
-    ids: np.ndarray  # int, [k]
-    logits: np.ndarray  # float32, [k]
-    vocab_size: int
-    log_norm: float | None = None
-    complete: bool = False  # the candidates are the whole row (k >= its vocabulary; a fitted row's pads are -inf)
+    __slots__ = ("_ids", "_logits", "vocab_size", "log_norm", "complete")
+
+    def __init__(self, ids: np.ndarray | Sequence[int], logits: np.ndarray | Sequence[float], vocab_size: int,
+                 log_norm: float | None = None, complete: bool = False) -> None:
+        self._ids, self._logits = ids, logits
+        self.vocab_size = vocab_size
+        self.log_norm = log_norm
+        self.complete = complete  # the candidates are the whole row (k >= its vocabulary; a fitted row's pads: -inf)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """int, [k]."""
+        if not isinstance(self._ids, np.ndarray):
+            self._ids = np.array(self._ids, dtype=np.int64)
+        return self._ids
+
+    @property
+    def logits(self) -> np.ndarray:
+        """float32, [k]."""
+        if not isinstance(self._logits, np.ndarray):
+            self._logits = np.array(self._logits, dtype=np.float32)
+        return self._logits
+
+    def as_lists(self) -> tuple[list[int], list[float]]:
+        """(ids, logits) as plain Python numbers, without making arrays of them."""
+        ids, logits = self._ids, self._logits
+        return (ids.tolist() if hasattr(ids, "tolist") else list(ids),
+                logits.tolist() if hasattr(logits, "tolist") else list(logits))
+
+    def __len__(self) -> int:
+        """How many candidates the row holds (k)."""
+        return len(self._ids)
+
+    def __repr__(self) -> str:
+        return f"TopLogits(k={len(self)}, vocab_size={self.vocab_size}, log_norm={self.log_norm})"
 
     def argmax(self) -> int:
         """The likeliest id; among equal logits the lowest id, as ``np.argmax`` of the whole row picks."""
-        if len(self.ids) == 1:  # greedy's row: the engine's argmax alone (plain floats: this runs per row)
-            value = float(self.logits[0])
+        if len(self._ids) == 1:  # greedy's row: the engine's argmax alone (plain numbers: this runs per row)
+            value = float(self._logits[0])
             if not math.isfinite(value):
-                raise NumericsError(f"the logits hold a non-finite value ({value}) at token {int(self.ids[0])}")
-            return int(self.ids[0])
+                raise NumericsError(f"the logits hold a non-finite value ({value}) at token {int(self._ids[0])}")
+            return int(self._ids[0])
         top = self.logits.max()
         if not np.isfinite(top):
             at = self.ids[np.argmax(self.logits)]
@@ -176,10 +211,18 @@ def candidate_count(params: SamplingParams, vocab_size: int, alternatives: int =
 def candidates(logits: Row, params: SamplingParams) -> Candidates:
     """The processed distribution (SPEC §2: temperature, top-k, top-p) as candidates; greedy: the argmax."""
     if params.greedy:
-        return Candidates(np.array([argmax(logits)]), _ONE)
-    kept, kept_probs = _kept(logits, params)
+        return one_hot(argmax(logits))
+    if isinstance(logits, TopLogits):
+        ids, probs = _kept_top(logits, params)
+        return Candidates(np.array(ids, dtype=np.int64), np.array(probs))
+    kept, kept_probs = _kept_of(logits, params.temperature, params.top_k, params.top_p)
     order = np.argsort(kept, kind="stable")
     return Candidates(kept[order].astype(np.int64, copy=False), kept_probs[order])
+
+
+def one_hot(token: int) -> Candidates:
+    """Greedy's processed distribution on its support: all the mass on ``token``."""
+    return Candidates(np.array([token]), _ONE)
 
 
 def process(logits: Row, params: SamplingParams) -> np.ndarray:
@@ -205,14 +248,39 @@ def argmax(logits: Row) -> int:
 
 def _kept(logits: Row, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     """The ids top-k/top-p keep (in no particular order) and their renormalised tempered probabilities."""
-    if isinstance(logits, TopLogits):  # the engine's top k already: top-k/top-p on it (top_k <= k)
-        held = len(logits.ids)
-        if not logits.complete and not 0 < params.top_k <= held:
-            raise ValueError(f"top-k {params.top_k} needs more than the {held} candidates a row holds")
-        at, probs = _kept_of(logits.logits, params.temperature, params.top_k if params.top_k < held else 0,
-                             params.top_p)
-        return logits.ids[at], probs
+    if isinstance(logits, TopLogits):
+        ids, probs = _kept_top(logits, params)
+        return np.array(ids, dtype=np.int64), np.array(probs)
     return _kept_of(logits, params.temperature, params.top_k, params.top_p)
+
+
+def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[list[int], list[float]]:
+    """``_kept_of`` on the engine's top k (top_k <= k), in ascending id order: the same float64 steps on Python
+    floats. A row of a few dozen candidates costs less in plain arithmetic than in the dozen numpy calls (a few
+    microseconds each, several times that right after a decode has flushed the caches) it would take per row."""
+    held = len(logits)
+    if not logits.complete and not 0 < params.top_k <= held:
+        raise ValueError(f"top-k {params.top_k} needs more than the {held} candidates a row holds")
+    ids, values = logits.as_lists()
+    if 0 < params.top_k < held:  # the top_k largest (ties at the edge: any of them, as argpartition picks)
+        chosen = sorted(range(held), key=values.__getitem__, reverse=True)[:params.top_k]
+        ids, values = [ids[i] for i in chosen], [values[i] for i in chosen]
+    temperature = params.temperature
+    scaled = [value / temperature for value in values]
+    top = max(scaled)
+    weights = [math.exp(value - top) for value in scaled]
+    total = sum(weights)
+    probs = [weight / total for weight in weights]
+    if params.top_p < 1.0:
+        order = sorted(range(len(probs)), key=probs.__getitem__, reverse=True)  # stable: ties keep their order
+        # keep the smallest prefix whose mass reaches top_p (the token that crosses it stays)
+        cumulative = list(itertools.accumulate(probs[i] for i in order))
+        n_keep = bisect.bisect_left(cumulative, params.top_p - 1e-9) + 1  # 1e-9: float sums
+        order = order[:n_keep]
+        mass = sum(probs[i] for i in order)
+        ids, probs = [ids[i] for i in order], [probs[i] / mass for i in order]
+    pairs = sorted(zip(ids, probs, strict=True))
+    return [token for token, _ in pairs], [prob for _, prob in pairs]
 
 
 def _kept_of(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, np.ndarray]:
@@ -234,7 +302,16 @@ def _kept_of(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Inverse-CDF draw from a non-negative (not necessarily normalised) vector. Never argmaxes zeros."""
+    """Inverse-CDF draw from a non-negative (not necessarily normalised) vector. Never argmaxes zeros. A support
+    of a few dozen ids is summed in Python floats: the same sequential partial sums as ``np.cumsum``, so the same
+    draw, without numpy's cost per call on tiny arrays."""
+    if len(probs) <= _FEW and probs.dtype == np.float64:  # (float32 sums would differ from np.cumsum's)
+        sums = list(itertools.accumulate(probs.tolist()))
+        if not math.isfinite(sums[-1]):
+            raise NumericsError(f"cannot sample from a distribution with non-finite mass ({sums[-1]})")
+        if not sums[-1] > 0:
+            raise NumericsError("cannot sample from an all-zero distribution")
+        return min(bisect.bisect_right(sums, rng.random() * sums[-1]), len(sums) - 1)
     cumulative = np.cumsum(probs)
     total = cumulative[-1]
     if not np.isfinite(total):  # a NaN or inf anywhere makes the running sum non-finite

@@ -16,10 +16,10 @@ sequence keeps whole rows.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import math
-
-import numpy as np
+from collections.abc import Callable
 
 from relaxtui.decoding.sampling import RowSpec, TopLogits
 
@@ -52,6 +52,29 @@ def _ggml() -> ctypes.CDLL | None:
 
 
 _GGML = _ggml()
+
+
+def _address_of(name: str) -> Callable[[int, int], int | None]:
+    """llama.cpp's accessor of a sampling buffer's output row, typed to hand back the bare address (no pointer
+    object per call)."""
+    function = _llama.llama_cpp._lib[name]  # (a new function object: llama_cpp's own binding keeps its pointer type)
+    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int32], ctypes.c_void_p
+    return function  # type: ignore[no-any-return]
+
+
+if _llama is not None:
+    _IDS_AT = _address_of("llama_get_sampled_candidates_ith")
+    _LOGITS_AT = _address_of("llama_get_sampled_logits_ith")
+    _PROBS_AT = _address_of("llama_get_sampled_probs_ith")
+
+
+def _numbers(kind: str, address: int, n: int) -> array.array | tuple[float]:
+    """``n`` int32 ("i") or float32 ("f") values at ``address``, copied (one: as a bare number, the cheapest)."""
+    if n == 1:
+        return ((ctypes.c_int32 if kind == "i" else ctypes.c_float).from_address(address).value,)
+    values = array.array(kind)
+    values.frombytes(ctypes.string_at(address, 4 * n))
+    return values
 
 
 def available() -> bool:
@@ -126,27 +149,45 @@ class CandidateSamplers:
         if old is not None:
             _llama.llama_sampler_free(old)
 
-    def read(self, output: int, vocab_size: int, spec: RowSpec) -> tuple[TopLogits, int]:
-        """Output row ``output`` of the last decode (of a sequence with ``spec``'s sampler): its candidates, and the
-        bytes copied out of llama.cpp for them. The sampler hands exactly min(k, vocabulary) of them (two calls a
-        row, three with the normaliser: this runs per row, after a decode has flushed every cache)."""
-        ctx, n = self._ctx, min(spec.k, vocab_size)
-        ids_at = _llama.llama_get_sampled_candidates_ith(ctx, output)
-        logits_at = _llama.llama_get_sampled_logits_ith(ctx, output)
-        if not ids_at or not logits_at:
-            raise RuntimeError(f"llama.cpp handed no candidates for output row {output}")
-        ids = np.frombuffer(ctypes.string_at(ids_at, 4 * n), np.int32)
-        logits = np.frombuffer(ctypes.string_at(logits_at, 4 * n), np.float32)
-        copied, log_norm = 8 * n, None
-        if spec.normaliser:
-            probs_at = _llama.llama_get_sampled_probs_ith(ctx, output)
-            if not probs_at:
-                raise RuntimeError(f"llama.cpp handed no normaliser for output row {output}")
-            probs = np.frombuffer(ctypes.string_at(probs_at, 4 * n), np.float32)
-            best = int(np.argmax(logits))
-            log_norm = float(logits[best]) - math.log(float(probs[best]))
-            copied += 4 * n
-        return TopLogits(ids, logits, vocab_size, log_norm, complete=n >= vocab_size), copied
+    def read_rows(self, outputs: list[int], vocab_size: int, spec: RowSpec) -> tuple[list[TopLogits], int]:
+        """Output rows ``outputs`` (ascending) of the last decode, of a sequence with ``spec``'s sampler: their
+        candidates, and the bytes copied out of llama.cpp for them. The sampler hands exactly min(k, vocabulary) per
+        row, in buffers with one vocabulary-wide stride per output row. This runs per decode, right after llama.cpp
+        has flushed every cache, where each distinct call costs tens of microseconds: rows one stride apart (one
+        sequence's consecutive outputs, the verify batch) are found from two addresses per buffer, and rows are read
+        as plain numbers (``array``), no numpy: the rules read greedy's argmax or a few dozen candidates, cheaper in
+        Python floats (``TopLogits`` makes arrays only for those who ask)."""
+        n = min(spec.k, vocab_size)
+        ids_at, logits_at = self._addresses(_IDS_AT, outputs), self._addresses(_LOGITS_AT, outputs)
+        probs_at = self._addresses(_PROBS_AT, outputs) if spec.normaliser else None
+        rows = []
+        for i in range(len(outputs)):
+            ids, logits = _numbers("i", ids_at[i], n), _numbers("f", logits_at[i], n)  # (greedy's: n = 1)
+            log_norm = None
+            if probs_at is not None:  # the likeliest candidate's probability: log Σ exp without underflow
+                probs = _numbers("f", probs_at[i], n)
+                best = max(range(n), key=logits.__getitem__)
+                log_norm = logits[best] - math.log(probs[best])
+            rows.append(TopLogits(ids, logits, vocab_size, log_norm, complete=n >= vocab_size))
+        return rows, 4 * n * (3 if spec.normaliser else 2) * len(outputs)
+
+    def _addresses(self, at: Callable[[int, int], int | None], outputs: list[int]) -> list[int]:
+        """Where each output row of one sampling buffer starts: the first and last asked, the rest by their stride
+        when the rows are consecutive outputs (one sequence's batch), else each asked."""
+        first = at(self._ctx, outputs[0])
+        if not first:
+            raise RuntimeError(f"llama.cpp handed no candidates for output row {outputs[0]}")
+        if len(outputs) == 1:
+            return [first]
+        consecutive = outputs[-1] - outputs[0] == len(outputs) - 1
+        if consecutive and (last := at(self._ctx, outputs[-1])):
+            stride, rest = divmod(last - first, len(outputs) - 1)
+            if not rest and stride > 0:
+                return [first + stride * i for i in range(len(outputs))]
+        found = [first, *(at(self._ctx, output) for output in outputs[1:])]
+        if not all(found):
+            raise RuntimeError(f"llama.cpp handed no candidates for some of output rows {outputs}")
+        return found  # type: ignore[return-value]
 
     def close(self) -> None:
         """Free the chains (after the context that pointed at them is freed)."""

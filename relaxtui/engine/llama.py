@@ -299,12 +299,14 @@ class LlamaModel(SequenceMemory):
     def _decode_chunk(self, chunk: Sequence[tuple[int, int, int, tuple[Any, int] | None]]) -> None:
         batch = self._batch
         batch.n_tokens = len(chunk)
+        tokens, positions, seq_ids, wants = batch.token, batch.pos, batch.seq_id, batch.logits
+        n_seq_ids = batch.n_seq_id
         for j, (seq, token, position, target) in enumerate(chunk):
-            batch.token[j] = token
-            batch.pos[j] = position
-            batch.n_seq_id[j] = 1
-            batch.seq_id[j][0] = seq
-            batch.logits[j] = target is not None
+            tokens[j] = token
+            positions[j] = position
+            n_seq_ids[j] = 1
+            seq_ids[j][0] = seq
+            wants[j] = target is not None
         started = time.perf_counter()
         status = _llama.llama_decode(self._ctx, batch)
         self.decode_seconds += time.perf_counter() - started
@@ -313,22 +315,29 @@ class LlamaModel(SequenceMemory):
         hidden = self.hidden.read(self._ctx, len(chunk)) if self.hidden is not None else None
         if hidden is not None:
             self.copied_bytes += hidden.nbytes
-        counts: dict[int, int] = {}
+        candidate_rows: dict[int, list[tuple[int, list[Any], int]]] = {}  # seq -> (output, its list, index)
         for j, (seq, token, _, target) in enumerate(chunk):
             self._seqs[seq].append(token)
-            counts[seq] = counts.get(seq, 0) + 1
             if hidden is not None:
                 self.hidden.append(seq, hidden[j])
             if target is None:
                 continue
             out, index = target
-            if isinstance(out, list):  # candidate rows: the few the sampler left, not the vocabulary
-                out[index], copied = self._candidates.read(j, self.n_vocab, self._candidates.specs[seq])
+            if isinstance(out, list):  # candidate rows: the few the sampler left, read below, per sequence
+                candidate_rows.setdefault(seq, []).append((j, out, index))
             else:
                 out[index] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
-                copied = out[index].nbytes
+                self.copied_bytes += out[index].nbytes
+        for seq, wanted in candidate_rows.items():
+            rows, copied = self._candidates.read_rows([j for j, _, _ in wanted], self.n_vocab,
+                                                      self._candidates.specs[seq])
+            for (_, out, index), row in zip(wanted, rows, strict=True):
+                out[index] = row
             self.copied_bytes += copied
         if self._snapshots is not None:  # the snapshots now cover this decode's tokens of each sequence
+            counts: dict[int, int] = {}
+            for seq, _, _, _ in chunk:
+                counts[seq] = counts.get(seq, 0) + 1
             for seq, count in counts.items():
                 self._snapshots.decoded(seq, count)
 
