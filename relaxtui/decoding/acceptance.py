@@ -234,13 +234,14 @@ def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | Sequence[
 def _greedy_q(row: Row, p_ids: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None,
                                                            Callable[[int], float | None]]:
     """(q to show, the ids it is over (None: those p is over), q(token)) of a greedy draft row: at T=1 from a whole
-    row or from candidates with the normaliser; from candidates without, the processed one-hot on the argmax. A
-    whole q beside a candidate p (an MTP head's rows) is shown on as many of its likeliest ids as p is."""
+    row or from candidates with the normaliser; from candidates without (asked only when no alternatives are shown),
+    nothing to show and q(token) the processed one-hot's. A whole q beside a candidate p (an MTP head's rows) is
+    shown on as many of its likeliest ids as p is."""
     if isinstance(row, TopLogits):
         probs = row.probs()
-        if probs is None:  # the processed one-hot: exact everywhere
+        if probs is None:  # the processed one-hot: exact everywhere (nothing shown: no alternatives were asked)
             best = row.argmax()
-            return np.ones(1), np.array([best]), lambda token: float(token == best)
+            return None, None, lambda token: float(token == best)
         return probs, row.ids, lambda token: _on_ids(probs, row.ids, token)
     whole = _shown(row)[0]
     if p_ids is None:

@@ -9,6 +9,7 @@ class behind ``relaxtui.decoding.drafting.Drafter``; nothing outside these modul
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ __all__ = ["DRAFT_KINDS", "KINDS", "Draft", "DraftRequest", "Drafter", "DrafterK
 def _greedy_confidence(logits: Row) -> float:
     """The drafter's top probability at greedy, where q is one-hot: the raw softmax (T=1) instead."""
     if isinstance(logits, TopLogits):  # the engine's argmax and normaliser (asked for when p_min is on)
-        return float(np.exp(float(logits.logits.max()) - logits.log_norm))  # type: ignore[operator]
+        return math.exp(max(logits.as_lists()[1]) - logits.log_norm)  # type: ignore[operator]
     top = float(logits.max())
     return 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
 

@@ -256,8 +256,9 @@ def _kept(logits: Row, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
 
 def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[list[int], list[float]]:
     """``_kept_of`` on the engine's top k (top_k <= k), in ascending id order: the same float64 steps on Python
-    floats. A row of a few dozen candidates costs less in plain arithmetic than in the dozen numpy calls (a few
-    microseconds each, several times that right after a decode has flushed the caches) it would take per row."""
+    floats (to an ulp: exp and the sums' order differ). A row of a few dozen candidates costs less in plain
+    arithmetic than in the dozen numpy calls (a few microseconds each, several times that right after a decode has
+    flushed the caches) it would take per row."""
     held = len(logits)
     if not logits.complete and not 0 < params.top_k <= held:
         raise ValueError(f"top-k {params.top_k} needs more than the {held} candidates a row holds")

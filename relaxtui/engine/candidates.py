@@ -68,7 +68,7 @@ if _llama is not None:
     _PROBS_AT = _address_of("llama_get_sampled_probs_ith")
 
 
-def _numbers(kind: str, address: int, n: int) -> array.array | tuple[float]:
+def _numbers(kind: str, address: int, n: int) -> array.array | tuple[int | float]:
     """``n`` int32 ("i") or float32 ("f") values at ``address``, copied (one: as a bare number, the cheapest)."""
     if n == 1:
         return ((ctypes.c_int32 if kind == "i" else ctypes.c_float).from_address(address).value,)
@@ -158,8 +158,10 @@ class CandidateSamplers:
         as plain numbers (``array``), no numpy: the rules read greedy's argmax or a few dozen candidates, cheaper in
         Python floats (``TopLogits`` makes arrays only for those who ask)."""
         n = min(spec.k, vocab_size)
-        ids_at, logits_at = self._addresses(_IDS_AT, outputs), self._addresses(_LOGITS_AT, outputs)
-        probs_at = self._addresses(_PROBS_AT, outputs) if spec.normaliser else None
+        row_bytes = 4 * vocab_size  # llama.cpp's sampling buffers keep a vocabulary-wide row per output
+        ids_at = self._addresses(_IDS_AT, outputs, row_bytes)
+        logits_at = self._addresses(_LOGITS_AT, outputs, row_bytes)
+        probs_at = self._addresses(_PROBS_AT, outputs, row_bytes) if spec.normaliser else None
         rows = []
         for i in range(len(outputs)):
             ids, logits = _numbers("i", ids_at[i], n), _numbers("f", logits_at[i], n)  # (greedy's: n = 1)
@@ -171,22 +173,17 @@ class CandidateSamplers:
             rows.append(TopLogits(ids, logits, vocab_size, log_norm, complete=n >= vocab_size))
         return rows, 4 * n * (3 if spec.normaliser else 2) * len(outputs)
 
-    def _addresses(self, at: Callable[[int, int], int | None], outputs: list[int]) -> list[int]:
-        """Where each output row of one sampling buffer starts: the first and last asked, the rest by their stride
-        when the rows are consecutive outputs (one sequence's batch), else each asked."""
+    def _addresses(self, at: Callable[[int, int], int | None], outputs: list[int], row_bytes: int) -> list[int]:
+        """Where each output row of one sampling buffer starts: from the first and last asked when the rows are
+        consecutive outputs (one sequence's batch) exactly one vocabulary row (``row_bytes``) apart, else each asked.
+        (llama.cpp answers a row without candidates with another allocation: the stride check keeps that out.)"""
         first = at(self._ctx, outputs[0])
-        if not first:
-            raise RuntimeError(f"llama.cpp handed no candidates for output row {outputs[0]}")
-        if len(outputs) == 1:
-            return [first]
-        consecutive = outputs[-1] - outputs[0] == len(outputs) - 1
-        if consecutive and (last := at(self._ctx, outputs[-1])):
-            stride, rest = divmod(last - first, len(outputs) - 1)
-            if not rest and stride > 0:
-                return [first + stride * i for i in range(len(outputs))]
+        if len(outputs) > 1 and first and outputs[-1] - outputs[0] == len(outputs) - 1:
+            if at(self._ctx, outputs[-1]) == first + row_bytes * (len(outputs) - 1):
+                return [first + row_bytes * i for i in range(len(outputs))]
         found = [first, *(at(self._ctx, output) for output in outputs[1:])]
         if not all(found):
-            raise RuntimeError(f"llama.cpp handed no candidates for some of output rows {outputs}")
+            raise RuntimeError(f"llama.cpp handed no sampled rows ({at.__name__}) for output rows {outputs}")
         return found  # type: ignore[return-value]
 
     def close(self) -> None:
