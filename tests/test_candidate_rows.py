@@ -131,6 +131,28 @@ def test_the_loop_runs_on_candidate_rows_and_emits_what_whole_rows_do(name, knob
             assert all(a[2] is None for a in runs[0]) and all(b[2] is not None for b in runs[1])
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_draft_p_min_stops_drafts_where_whole_rows_do(temperature):
+    """--draft-p-min reads the drafter's top probability: from the engine's argmax and normaliser at greedy, from q
+    on candidates when sampling; the drafts stop where they stop on whole rows (and some do stop, some go on)."""
+    sampling = SamplingParams(temperature, 4, 0.9)
+    target_table, draft_table = random_table(1), random_table(1) + random_table(2, scale=1.0)
+    drafted = {0.0: 0, 0.5: 0}
+    for seed in range(12):
+        for p_min in drafted:
+            runs = []
+            for dense in (False, True):
+                verifier, draft_model = fake(target_table), fake(draft_table)
+                config = GenerationConfig(draft_max=4, max_tokens=12, sampling=sampling, seed=seed, dense_rows=dense)
+                drafter = ModelDrafter(draft_model, VOCAB, p_min=p_min)
+                events = list(generate(verifier, [1, 2], config, drafter=drafter))
+                runs.append(([(e.token_id, e.verdict) for e in events[:-1]], events[-1].metrics.drafted))
+                assert bool(draft_model.handed_candidates) != dense
+            assert runs[0] == runs[1]
+            drafted[p_min] += runs[0][1]
+    assert 0 < drafted[0.5] < drafted[0.0]  # the threshold cut some drafts short, not all
+
+
 @pytest.mark.parametrize("name,knob", [(n, k) for n, k in SUPPORT_RULES if make(n, k).may_leave_support][:4])
 def test_a_relaxed_rule_asked_for_log_probabilities_runs_on_whole_rows(name, knob):
     """A relaxed rule may emit a token p gives no mass, outside the top k: with log p(x) asked for, whole rows, so
