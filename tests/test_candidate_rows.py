@@ -146,7 +146,8 @@ def test_draft_p_min_stops_drafts_where_whole_rows_do(temperature):
                 config = GenerationConfig(draft_max=4, max_tokens=12, sampling=sampling, seed=seed, dense_rows=dense)
                 drafter = ModelDrafter(draft_model, VOCAB, p_min=p_min)
                 events = list(generate(verifier, [1, 2], config, drafter=drafter))
-                runs.append(([(e.token_id, e.verdict) for e in events[:-1]], events[-1].metrics.drafted))
+                shown = [(e.token_id, e.verdict, e.draft_position) for e in events[:-1]]
+                runs.append((shown, events[-1].metrics.drafted))
                 assert bool(draft_model.handed_candidates) != dense
             assert runs[0] == runs[1]
             drafted[p_min] += runs[0][1]

@@ -178,10 +178,10 @@ class CandidateSamplers:
         consecutive outputs (one sequence's batch) exactly one vocabulary row (``row_bytes``) apart, else each asked.
         (llama.cpp answers a row without candidates with another allocation: the stride check keeps that out.)"""
         first = at(self._ctx, outputs[0])
-        if len(outputs) > 1 and first and outputs[-1] - outputs[0] == len(outputs) - 1:
-            if at(self._ctx, outputs[-1]) == first + row_bytes * (len(outputs) - 1):
-                return [first + row_bytes * i for i in range(len(outputs))]
-        found = [first, *(at(self._ctx, output) for output in outputs[1:])]
+        last = at(self._ctx, outputs[-1]) if first and len(outputs) > 1 else first
+        if first and last == first + row_bytes * (len(outputs) - 1) and outputs[-1] - outputs[0] == len(outputs) - 1:
+            return [first + row_bytes * i for i in range(len(outputs))]
+        found = [first, *(at(self._ctx, output) for output in outputs[1:-1]), last] if first else [first]
         if not all(found):
             raise RuntimeError(f"llama.cpp handed no sampled rows ({at.__name__}) for output rows {outputs}")
         return found  # type: ignore[return-value]
