@@ -14,7 +14,7 @@ from relaxtui.decoding.acceptance import accept_round, log_prob, takes_support
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, TokenEvent
 from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.decoding.sampling import SamplingParams, bounds_support, candidates, process, sample
+from relaxtui.decoding.sampling import Candidates, SamplingParams, bounds_support, candidates, process, sample
 from relaxtui.rules import PAPER_GRID, make
 from relaxtui.rules.base import Rule, residual
 from tests.conftest import VOCAB, fake, first_token_counts, random_table
@@ -198,7 +198,7 @@ def test_smollm2_gives_the_same_tokens_on_both_paths(test_model_path, rule_spec,
 
 @pytest.mark.parametrize("bonus", ["auto", "target", "relaxed"])
 def test_both_paths_agree_with_drafter_supports_a_relaxed_bonus_and_drafts_outside_q(bonus):
-    """The cases the first test leaves out: supports handed over by the drafter (as ModelDrafter does), the bonus
+    """The cases the first test leaves out: q on its support from the drafter (as ModelDrafter does), the bonus
     policies with an extra drafter step for q at N+1, and drafted tokens q gives no mass (n-gram style one-hot q
     elsewhere, or an arbitrary id): the same tokens, verdicts and numbers on both paths."""
     sampling = SamplingParams(0.8, 16, 0.9)
@@ -208,14 +208,14 @@ def test_both_paths_agree_with_drafter_supports_a_relaxed_bonus_and_drafts_outsi
             tokens, q, q_logits, target = round_inputs(seed, 1500, 1 + seed % 3, sampling)
             if seed % 3 == 0:  # a token q gives no mass: judged (and rejected) like on the dense path
                 tokens[0] = int(np.flatnonzero(q[0] == 0)[seed])
-            supports = tuple(np.flatnonzero(row) for row in q) if seed % 2 else ()
+            handed = tuple(Candidates(ids, row[ids]) for row in q for ids in [np.flatnonzero(row)]) if seed % 2 else ()
             extra = rows(seed + 20_000, 1, 1500)[0]
 
             def step(extra: np.ndarray = extra) -> tuple[np.ndarray, np.ndarray]:
                 return process(extra, sampling), extra
 
             got = [accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed),
-                                bonus_draft=step, bonus=bonus, dense=dense, draft_supports=supports)
+                                bonus_draft=step, bonus=bonus, dense=dense, draft_q=handed)
                    for dense in (False, True)]
             assert [(e.token_id, e.verdict) for e in got[0]] == [(e.token_id, e.verdict) for e in got[1]]
             for a, b in zip(*got, strict=True):

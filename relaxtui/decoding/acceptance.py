@@ -81,7 +81,7 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
                  target_logits: np.ndarray | Sequence[TopLogits], rule: Rule, sampling: SamplingParams,
                  rng: np.random.Generator,
                  bonus_draft: DraftStep | None = None, bonus: str = "auto", dense: bool = False,
-                 draft_supports: Sequence[np.ndarray] = (), draft_q: Sequence[Candidates] = ()) -> list[Emitted]:
+                 draft_q: Sequence[Candidates] = ()) -> list[Emitted]:
     """Emit 1..N+1 tokens for one round.
 
     draft_probs: [N, vocab] processed q_i; draft_logits: [N, vocab] raw drafter logits (or None);
@@ -91,7 +91,6 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     bonus: "auto" (the rule's own policy: relaxed for scd, p otherwise), "target" (always p) or "relaxed"
     (the rule's target at N+1 for every rule); a verifier-only step always samples p.
     dense: whole rows even where the support path applies (``takes_support``).
-    draft_supports: per position, the ascending ids where q_i > 0, when the drafter knows them (else found).
     draft_q: per position, q_i on its support (a drafter on candidate rows hands only these: ``draft_probs`` is
     then None, and whole rows are built from them where a path needs them).
     """
@@ -111,7 +110,7 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
         q_full = draft_probs[i] if draft_probs is not None else None
         if on_support:
             ids, p, q, x_at = _on_support(candidates(target_logits[i], sampling), _q_on_support(
-                i, draft_q, draft_supports, q_full), x)
+                i, draft_q, q_full), x)
             logits_p = logits_q = None  # a support-path rule reads no logits (it declared so)
         else:
             ids, p, q, x_at = None, process(target_logits[i], sampling), q_full, x
@@ -155,13 +154,11 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     return emitted
 
 
-def _q_on_support(i: int, draft_q: Sequence[Candidates], draft_supports: Sequence[np.ndarray],
-                  q_full: np.ndarray | None) -> Candidates:
-    """q_i on its support: as the drafter handed it, else gathered from its whole row (at the ids the drafter
-    named, or where it is non-zero)."""
+def _q_on_support(i: int, draft_q: Sequence[Candidates], q_full: np.ndarray | None) -> Candidates:
+    """q_i on its support: as the drafter handed it, else gathered from its whole row (where it is non-zero)."""
     if i < len(draft_q):
         return draft_q[i]
-    ids = draft_supports[i] if i < len(draft_supports) else np.flatnonzero(q_full)
+    ids = np.flatnonzero(q_full)
     return Candidates(ids, q_full[ids])  # type: ignore[index]
 
 

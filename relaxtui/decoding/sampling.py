@@ -213,8 +213,7 @@ def candidates(logits: Row, params: SamplingParams) -> Candidates:
     if params.greedy:
         return one_hot(argmax(logits))
     if isinstance(logits, TopLogits):
-        ids, probs = _kept_top(logits, params)
-        return Candidates(np.array(ids, dtype=np.int64), np.array(probs))
+        return Candidates(*_kept(logits, params))  # (already in ascending id order)
     kept, kept_probs = _kept_of(logits, params.temperature, params.top_k, params.top_p)
     order = np.argsort(kept, kind="stable")
     return Candidates(kept[order].astype(np.int64, copy=False), kept_probs[order])
@@ -306,20 +305,15 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Inverse-CDF draw from a non-negative (not necessarily normalised) vector. Never argmaxes zeros. A support
     of a few dozen ids is summed in Python floats: the same sequential partial sums as ``np.cumsum``, so the same
     draw, without numpy's cost per call on tiny arrays."""
-    if len(probs) <= _FEW and probs.dtype == np.float64:  # (float32 sums would differ from np.cumsum's)
-        sums = list(itertools.accumulate(probs.tolist()))
-        if not math.isfinite(sums[-1]):
-            raise NumericsError(f"cannot sample from a distribution with non-finite mass ({sums[-1]})")
-        if not sums[-1] > 0:
-            raise NumericsError("cannot sample from an all-zero distribution")
-        return min(bisect.bisect_right(sums, rng.random() * sums[-1]), len(sums) - 1)
-    cumulative = np.cumsum(probs)
-    total = cumulative[-1]
-    if not np.isfinite(total):  # a NaN or inf anywhere makes the running sum non-finite
+    few = len(probs) <= _FEW and probs.dtype == np.float64  # (float32 sums would differ from np.cumsum's)
+    cumulative = list(itertools.accumulate(probs.tolist())) if few else np.cumsum(probs)
+    total = float(cumulative[-1])
+    if not math.isfinite(total):  # a NaN or inf anywhere makes the running sum non-finite
         raise NumericsError(f"cannot sample from a distribution with non-finite mass ({total})")
     if not total > 0:
         raise NumericsError("cannot sample from an all-zero distribution")
-    index = int(np.searchsorted(cumulative, rng.random() * total, side="right"))
+    target = rng.random() * total
+    index = bisect.bisect_right(cumulative, target) if few else int(np.searchsorted(cumulative, target, side="right"))
     return min(index, len(probs) - 1)
 
 
