@@ -55,6 +55,8 @@ class MultiBackend(Backend, Protocol):
 
     def tokens_of(self, seq: int) -> Sequence[int]: ...
     def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]: ...  # one [rows, vocab] per item
+    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]: ...  # a draft step:
+    # tokens[i] appended to sequence seqs[i] (each once), one row each (``decode_many``'s, by a leaner path)
     def rollback_seq(self, seq: int, position: int) -> None: ...
     def clear_seq(self, seq: int) -> None: ...
     def share_prefix(self, src: int, dst: int, length: int) -> None: ...  # dst := src's first `length` tokens
@@ -172,6 +174,9 @@ class OneSequence:
             raise ValueError("a one-sequence backend decodes sequence 0 alone")
         return [self.model.decode(items[0].tokens, items[0].logits_rows)]
 
+    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
+        return decode_each(self, seqs, tokens)  # type: ignore[arg-type]
+
     def rollback(self, position: int) -> None:
         self.model.rollback(position)
 
@@ -237,6 +242,12 @@ def as_multi(model: Backend) -> MultiBackend:
     if callable(getattr(model, "decode_many", None)) and hasattr(model, "n_seq"):
         return model  # type: ignore[return-value]
     return OneSequence(model)  # type: ignore[return-value]
+
+
+def decode_each(model: MultiBackend, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
+    """``decode_next`` through ``decode_many``: the same rows, for a backend without a leaner path of its own."""
+    items = [SeqDecode(seq, [token], [0]) for seq, token in zip(seqs, tokens, strict=True)]
+    return [rows[0] for rows in model.decode_many(items)]
 
 
 def row_order(n_tokens: int, logits_rows: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -326,6 +337,9 @@ class FakeBackend:
             out.append(block if spec is None else [top_of(row, spec) for row in block])
             self.handed_candidates += 0 if spec is None else len(block)
         return out
+
+    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
+        return decode_each(self, seqs, tokens)  # type: ignore[arg-type]
 
     def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
         """Rows of ``seq`` as ``TopLogits`` (what llama.cpp's backend sampling hands), computed here in numpy."""

@@ -69,22 +69,30 @@ def fit_vocab(logits: Row, target_vocab: int) -> Row:
     return np.concatenate([logits, pad], axis=-1)
 
 
-def propose(logits: Row, sampling: SamplingParams, rng: np.random.Generator,
+def propose(logits: Row, sampling: SamplingParams, uniform: float | None,
             p_min: float = 0.0) -> tuple[int, Candidates | None] | None:
     """One draft step from the drafter's (fitted) logits: (token, processed q on its support), or None when the
     drafter's top probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify
-    width). The draw needs only the support: no pass over a whole row for it; greedy needs no draw at all, and its
-    q (the one-hot of the token) is left None for ``make_draft`` to make once the draft is done: this runs between
-    two decodes, where each first numpy call costs tens of microseconds."""
+    width). The draw takes ``uniform`` (drawn by the caller before the draft's first decode: ``draw_uniforms``) and
+    needs only the support: no pass over a whole row, no numpy on candidate rows; greedy needs no draw at all, and
+    its q (the one-hot of the token) is left None for ``make_draft`` to make once the draft is done. This runs
+    between two decodes, where each first call into numpy costs tens of microseconds."""
     if sampling.greedy:
         token = argmax(logits)
         if p_min > 0 and _greedy_confidence(logits) < p_min:
             return None
         return token, None
     q = candidates(logits, sampling)
-    if p_min > 0 and float(q.probs.max()) < p_min:
+    if p_min > 0 and q.top_prob() < p_min:
         return None
-    return q.draw(rng), q
+    return q.pick(uniform), q  # type: ignore[arg-type]
+
+
+def draw_uniforms(request: DraftRequest, n: int) -> list[float] | None:
+    """The uniforms a draft of up to ``n`` tokens draws with, taken from the request's generator at once, before its
+    first decode (the same stream one call per step would take; --draft-p-min may leave the last ones unused).
+    None at greedy, which draws nothing."""
+    return None if request.sampling.greedy or n <= 0 else request.rng.random(n).tolist()
 
 
 def make_draft(tokens: list[int], q: list[Candidates | None], raw: Sequence[Row], vocab: int,
@@ -177,29 +185,35 @@ class ModelDrafter(BaseDrafter):
             self._model.restore(checkpoint)
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
+        """One batch per draft step: the first re-syncs each sequence and decodes its last token, the next ones
+        (``decode_next``) one token per sequence still drafting."""
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.model.n_ctx - len(r.context))) for r in requests]
         made: list[tuple[list[int], list[Candidates | None], list[Row]]] = [([], [], []) for _ in requests]
-        pending = {i: SeqDecode(r.seq, self._resync(r.seq, r.context), [-1])
-                   for i, r in enumerate(requests) if limits[i] > 0}
-        for i in pending:
+        live = [i for i, limit in enumerate(limits) if limit > 0]
+        first = [SeqDecode(requests[i].seq, self._resync(requests[i].seq, requests[i].context), [-1]) for i in live]
+        for i in live:
             self._rows(requests[i])
-        saved = self._saved([item.seq for item in pending.values()])
-        while pending:  # one batch per draft step: every request still drafting has one row in it
-            rows = self._model.decode_many(list(pending.values()))
-            following = {}
-            for i, logits in zip(pending, rows, strict=True):
-                fitted = fit_vocab(logits[0], self.target_vocab)
-                step = propose(fitted, requests[i].sampling, requests[i].rng, self.p_min)
+        uniforms = [draw_uniforms(request, limit) for request, limit in zip(requests, limits, strict=True)]
+        saved = self._saved([item.seq for item in first])
+        rows = [logits[0] for logits in self._model.decode_many(first)] if first else []
+        while live:
+            following = []
+            for i, logits in zip(live, rows, strict=True):
+                tokens, probs, raw = made[i]
+                fitted = fit_vocab(logits, self.target_vocab)
+                drawn = uniforms[i]
+                step = propose(fitted, requests[i].sampling, drawn[len(tokens)] if drawn else None, self.p_min)
                 if step is None:
                     continue
-                tokens, probs, raw = made[i]
                 tokens.append(step[0])
                 probs.append(step[1])
                 raw.append(fitted)
                 if len(tokens) < limits[i]:
-                    following[i] = SeqDecode(requests[i].seq, [step[0]], [0])
-            pending = following
+                    following.append(i)
+            live = following
+            if live:
+                rows = self._model.decode_next([requests[i].seq for i in live], [made[i][0][-1] for i in live])
         self._restore(saved)  # the draft decoded nothing the next re-sync keeps: back to the checkpoint
         seconds = time.perf_counter() - started
         drafts = []

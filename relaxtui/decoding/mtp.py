@@ -61,7 +61,7 @@ class MtpDrafter(BaseDrafter):
         return fit_vocab(logits, self.target_vocab)
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
-        from relaxtui.decoding.drafters import make_draft, propose
+        from relaxtui.decoding.drafters import draw_uniforms, make_draft, propose
 
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.head.n_ctx - len(r.context))) for r in requests]
@@ -69,13 +69,15 @@ class MtpDrafter(BaseDrafter):
         for r in requests:
             self._forget(r.seq)
         live = [i for i, limit in enumerate(limits) if limit > 0]
+        uniforms = [draw_uniforms(request, limit) for request, limit in zip(requests, limits, strict=True)]
         rows = self.head.first([(requests[i].seq, requests[i].context[-1]) for i in live]) if live else []
         while live:
             following = []
             for i, logits in zip(live, rows, strict=True):
                 fitted = self._fit(logits)
                 request = requests[i]
-                step = propose(fitted, request.sampling, request.rng, self.p_min)
+                drawn = uniforms[i]
+                step = propose(fitted, request.sampling, drawn[len(made[i][0])] if drawn else None, self.p_min)
                 if step is None:
                     self._pending[request.seq] = fitted  # q one past the draft: what extend would compute
                     continue

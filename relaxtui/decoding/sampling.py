@@ -17,8 +17,6 @@ import numpy as np
 
 from relaxtui.errors import NumericsError, UserError
 
-_ONE = np.ones(1)  # greedy's q and p on their support (shared: nothing writes into a distribution)
-_ONE.flags.writeable = False
 _FEW = 256  # a distribution this short is drawn from in Python floats (sample)
 MIN_TEMPERATURE = 1e-5  # below this (and above 0) logits / T overflow to inf and every draw is NaN: vLLM's epsilon
 
@@ -54,15 +52,44 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return z
 
 
-@dataclass(frozen=True, slots=True)
 class Candidates:
     """A processed distribution on its support: ascending token ids and their probabilities (float64, sum 1).
 
     What top-k/top-p leave is a few dozen tokens of a 152k vocabulary: the rules, the draws and the reports work
-    on these instead of whole rows (``process`` is their scatter over the vocabulary, the same numbers)."""
+    on these instead of whole rows (``process`` is their scatter over the vocabulary, the same numbers). ``ids``
+    and ``probs`` may come as plain lists (a drafter's step on the engine's candidate rows: it runs between two
+    decodes, where each first numpy call costs tens of microseconds) and become arrays when first read as such.
+    Immutable by convention."""
 
-    ids: np.ndarray  # int64, ascending, unique
-    probs: np.ndarray  # float64, aligned with ids
+    __slots__ = ("_ids", "_probs")
+
+    def __init__(self, ids: np.ndarray | Sequence[int], probs: np.ndarray | Sequence[float]) -> None:
+        self._ids, self._probs = ids, probs
+
+    @property
+    def ids(self) -> np.ndarray:
+        """int64, ascending, unique."""
+        if not isinstance(self._ids, np.ndarray):
+            self._ids = np.array(self._ids, dtype=np.int64)
+        return self._ids
+
+    @property
+    def probs(self) -> np.ndarray:
+        """float64, aligned with ids."""
+        if not isinstance(self._probs, np.ndarray):
+            self._probs = np.array(self._probs, dtype=np.float64)
+        return self._probs
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __repr__(self) -> str:
+        return f"Candidates(ids={list(self._ids)}, probs={list(self._probs)})"
+
+    def top_prob(self) -> float:
+        """The largest probability (--draft-p-min's confidence), without making arrays."""
+        probs = self._probs
+        return float(probs.max()) if isinstance(probs, np.ndarray) else max(probs)
 
     def dense(self, vocab_size: int) -> np.ndarray:
         row = np.zeros(vocab_size)
@@ -72,7 +99,13 @@ class Candidates:
     def draw(self, rng: np.random.Generator) -> int:
         """The token ``sample(self.dense(V), rng)`` draws, without the whole row: the inverse CDF over the support
         in id order has the same partial sums (the zeros between add nothing), so one uniform picks the same id."""
-        return int(self.ids[sample(self.probs, rng)])
+        return self.pick(rng.random())
+
+    def pick(self, uniform: float) -> int:
+        """The token the uniform ``uniform`` in [0, 1) picks by the inverse CDF (``draw`` with the uniform drawn)."""
+        probs = self._probs
+        at = _inverse_cdf(probs if isinstance(probs, list) else probs.tolist(), uniform)
+        return int(self._ids[at])
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +246,7 @@ def candidates(logits: Row, params: SamplingParams) -> Candidates:
     if params.greedy:
         return one_hot(argmax(logits))
     if isinstance(logits, TopLogits):
-        return Candidates(*_kept(logits, params))  # (already in ascending id order)
+        return Candidates(*_kept_top(logits, params))  # (plain lists, already in ascending id order)
     kept, kept_probs = _kept_of(logits, params.temperature, params.top_k, params.top_p)
     order = np.argsort(kept, kind="stable")
     return Candidates(kept[order].astype(np.int64, copy=False), kept_probs[order])
@@ -221,7 +254,7 @@ def candidates(logits: Row, params: SamplingParams) -> Candidates:
 
 def one_hot(token: int) -> Candidates:
     """Greedy's processed distribution on its support: all the mass on ``token``."""
-    return Candidates(np.array([token]), _ONE)
+    return Candidates([token], [1.0])
 
 
 def process(logits: Row, params: SamplingParams) -> np.ndarray:
@@ -305,16 +338,27 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Inverse-CDF draw from a non-negative (not necessarily normalised) vector. Never argmaxes zeros. A support
     of a few dozen ids is summed in Python floats: the same sequential partial sums as ``np.cumsum``, so the same
     draw, without numpy's cost per call on tiny arrays."""
-    few = len(probs) <= _FEW and probs.dtype == np.float64  # (float32 sums would differ from np.cumsum's)
-    cumulative = list(itertools.accumulate(probs.tolist())) if few else np.cumsum(probs)
-    total = float(cumulative[-1])
+    if len(probs) <= _FEW and probs.dtype == np.float64:  # (float32 sums would differ from np.cumsum's)
+        return _inverse_cdf(probs.tolist(), rng.random())
+    cumulative = np.cumsum(probs)
+    total = _checked_total(float(cumulative[-1]))
+    index = int(np.searchsorted(cumulative, rng.random() * total, side="right"))
+    return min(index, len(probs) - 1)
+
+
+def _inverse_cdf(probs: list[float], uniform: float) -> int:
+    """Where ``uniform`` × the total falls among the running sums of ``probs`` (plain floats)."""
+    cumulative = list(itertools.accumulate(probs))
+    total = _checked_total(cumulative[-1])
+    return min(bisect.bisect_right(cumulative, uniform * total), len(probs) - 1)
+
+
+def _checked_total(total: float) -> float:
     if not math.isfinite(total):  # a NaN or inf anywhere makes the running sum non-finite
         raise NumericsError(f"cannot sample from a distribution with non-finite mass ({total})")
     if not total > 0:
         raise NumericsError("cannot sample from an all-zero distribution")
-    target = rng.random() * total
-    index = bisect.bisect_right(cumulative, target) if few else int(np.searchsorted(cumulative, target, side="right"))
-    return min(index, len(probs) - 1)
+    return total
 
 
 def spawn_generators(seed: int) -> tuple[np.random.Generator, np.random.Generator]:

@@ -16,10 +16,10 @@ sequence keeps whole rows.
 
 from __future__ import annotations
 
-import array
 import ctypes
 import math
 from collections.abc import Callable
+from typing import Any
 
 from relaxtui.decoding.sampling import RowSpec, TopLogits
 
@@ -54,27 +54,34 @@ def _ggml() -> ctypes.CDLL | None:
 _GGML = _ggml()
 
 
-def _address_of(name: str) -> Callable[[int, int], int | None]:
-    """llama.cpp's accessor of a sampling buffer's output row, typed to hand back the bare address (no pointer
-    object per call)."""
+def _rows_at(name: str, kind: type) -> Callable[[int, int], object]:
+    """llama.cpp's accessor of a sampling buffer's output row, typed to hand back a pointer to ``kind`` (a slice of
+    it reads a row as a list of plain numbers in one step)."""
     function = _llama.llama_cpp._lib[name]  # (a new function object: llama_cpp's own binding keeps its pointer type)
-    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int32], ctypes.c_void_p
+    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(kind)
     return function  # type: ignore[no-any-return]
 
 
 if _llama is not None:
-    _IDS_AT = _address_of("llama_get_sampled_candidates_ith")
-    _LOGITS_AT = _address_of("llama_get_sampled_logits_ith")
-    _PROBS_AT = _address_of("llama_get_sampled_probs_ith")
+    _IDS_AT = _rows_at("llama_get_sampled_candidates_ith", ctypes.c_int32)
+    _LOGITS_AT = _rows_at("llama_get_sampled_logits_ith", ctypes.c_float)
+    _PROBS_AT = _rows_at("llama_get_sampled_probs_ith", ctypes.c_float)
 
 
-def _numbers(kind: str, address: int, n: int) -> array.array | tuple[int | float]:
-    """``n`` int32 ("i") or float32 ("f") values at ``address``, copied (one: as a bare number, the cheapest)."""
-    if n == 1:
-        return ((ctypes.c_int32 if kind == "i" else ctypes.c_float).from_address(address).value,)
-    values = array.array(kind)
-    values.frombytes(ctypes.string_at(address, 4 * n))
-    return values
+def _address(pointer: object) -> int:
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0  # type: ignore[arg-type]
+
+
+def _top(ids: Any, logits: Any, probs: Any, at: int, n: int, vocab_size: int) -> TopLogits:
+    """The ``n`` candidates at offset ``at`` of three sampling buffers (``probs`` None: no normaliser asked)."""
+    if n == 1 and probs is None:  # greedy's argmax alone: one number each
+        return TopLogits((ids[at],), (logits[at],), vocab_size, None, n >= vocab_size)
+    values = logits[at:at + n]
+    log_norm = None
+    if probs is not None:  # the likeliest candidate's probability: log Σ exp without underflow
+        best = max(range(n), key=values.__getitem__)
+        log_norm = values[best] - math.log(probs[at + best])
+    return TopLogits(ids[at:at + n], values, vocab_size, log_norm, n >= vocab_size)
 
 
 def available() -> bool:
@@ -149,42 +156,53 @@ class CandidateSamplers:
         if old is not None:
             _llama.llama_sampler_free(old)
 
-    def read_rows(self, outputs: list[int], vocab_size: int, spec: RowSpec) -> tuple[list[TopLogits], int]:
-        """Output rows ``outputs`` (ascending) of the last decode, of a sequence with ``spec``'s sampler: their
-        candidates, and the bytes copied out of llama.cpp for them. The sampler hands exactly min(k, vocabulary) per
-        row, in buffers with one vocabulary-wide stride per output row. This runs per decode, right after llama.cpp
-        has flushed every cache, where each distinct call costs tens of microseconds: rows one stride apart (one
-        sequence's consecutive outputs, the verify batch) are found from two addresses per buffer, and rows are read
-        as plain numbers (``array``), no numpy: the rules read greedy's argmax or a few dozen candidates, cheaper in
+    def read_row(self, output: int, vocab_size: int, spec: RowSpec) -> TopLogits:
+        """Output row ``output`` of the last decode, of a sequence with ``spec``'s sampler (a draft step's row).
+        This runs right after llama.cpp has flushed every cache, where each distinct call costs tens of
+        microseconds: one accessor call per buffer, the row read as plain numbers by one slice (greedy's one
+        candidate by one index), no numpy: the rules read greedy's argmax or a few dozen candidates, cheaper in
         Python floats (``TopLogits`` makes arrays only for those who ask)."""
-        n = min(spec.k, vocab_size)
-        row_bytes = 4 * vocab_size  # llama.cpp's sampling buffers keep a vocabulary-wide row per output
-        ids_at = self._addresses(_IDS_AT, outputs, row_bytes)
-        logits_at = self._addresses(_LOGITS_AT, outputs, row_bytes)
-        probs_at = self._addresses(_PROBS_AT, outputs, row_bytes) if spec.normaliser else None
-        rows = []
-        for i in range(len(outputs)):
-            ids, logits = _numbers("i", ids_at[i], n), _numbers("f", logits_at[i], n)  # (greedy's: n = 1)
-            log_norm = None
-            if probs_at is not None:  # the likeliest candidate's probability: log Σ exp without underflow
-                probs = _numbers("f", probs_at[i], n)
-                best = max(range(n), key=logits.__getitem__)
-                log_norm = logits[best] - math.log(probs[best])
-            rows.append(TopLogits(ids, logits, vocab_size, log_norm, complete=n >= vocab_size))
-        return rows, 4 * n * (3 if spec.normaliser else 2) * len(outputs)
+        ids, logits = _IDS_AT(self._ctx, output), _LOGITS_AT(self._ctx, output)
+        probs = _PROBS_AT(self._ctx, output) if spec.normaliser else None
+        if not (ids and logits and (probs or not spec.normaliser)):
+            raise RuntimeError(f"llama.cpp handed no sampled rows for output row {output}")
+        return _top(ids, logits, probs, 0, min(spec.k, vocab_size), vocab_size)
 
-    def _addresses(self, at: Callable[[int, int], int | None], outputs: list[int], row_bytes: int) -> list[int]:
-        """Where each output row of one sampling buffer starts: from the first and last asked when the rows are
-        consecutive outputs (one sequence's batch) exactly one vocabulary row (``row_bytes``) apart, else each asked.
+    def read_rows(self, outputs: list[int], vocab_size: int, spec: RowSpec) -> list[TopLogits]:
+        """Output rows ``outputs`` (ascending) of the last decode, as ``read_row`` reads one. The sampler hands
+        exactly min(k, vocabulary) per row, in buffers with one vocabulary-wide stride per output row: rows one
+        stride apart (one sequence's outputs, the verify batch) take one accessor call per buffer."""
+        if len(outputs) == 1:
+            return [self.read_row(outputs[0], vocab_size, spec)]
+        n = min(spec.k, vocab_size)
+        ids = self._rows(_IDS_AT, outputs, vocab_size)
+        logits = self._rows(_LOGITS_AT, outputs, vocab_size)
+        probs = self._rows(_PROBS_AT, outputs, vocab_size) if spec.normaliser else None
+        return [_top(ids[i][0], logits[i][0], probs[i][0] if probs is not None else None, at, n, vocab_size)
+                for i, (_, at) in enumerate(ids)]
+
+    @staticmethod
+    def copied(spec: RowSpec, vocab_size: int) -> int:
+        """Bytes one row of ``spec`` copies out of llama.cpp: k ids and logits, and as many probabilities with the
+        normaliser."""
+        return 4 * min(spec.k, vocab_size) * (3 if spec.normaliser else 2)
+
+    def _rows(self, at: Callable[[int, int], Any], outputs: list[int], vocab_size: int) -> list[tuple[Any, int]]:
+        """Where each output row of one sampling buffer starts, as (pointer, offset): one call when the rows are
+        consecutive outputs (one sequence's batch) exactly one vocabulary row apart, else one call per row.
         (llama.cpp answers a row without candidates with another allocation: the stride check keeps that out.)"""
         first = at(self._ctx, outputs[0])
-        last = at(self._ctx, outputs[-1]) if first and len(outputs) > 1 else first
-        if first and last == first + row_bytes * (len(outputs) - 1) and outputs[-1] - outputs[0] == len(outputs) - 1:
-            return [first + row_bytes * i for i in range(len(outputs))]
-        found = [first, *(at(self._ctx, output) for output in outputs[1:-1]), last] if first else [first]
-        if not all(found):
+        span = len(outputs) - 1
+        if first and span == 0:
+            return [(first, 0)]
+        if first and outputs[-1] - outputs[0] == span:
+            last = at(self._ctx, outputs[-1])
+            if last and _address(last) - _address(first) == 4 * vocab_size * span:
+                return [(first, vocab_size * i) for i in range(len(outputs))]
+        found = [(first, 0), *((at(self._ctx, output), 0) for output in outputs[1:])]
+        if not all(pointer for pointer, _ in found):
             raise RuntimeError(f"llama.cpp handed no sampled rows ({at.__name__}) for output rows {outputs}")
-        return found  # type: ignore[return-value]
+        return found
 
     def close(self) -> None:
         """Free the chains (after the context that pointed at them is freed)."""

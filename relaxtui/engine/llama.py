@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from relaxtui import envvars
-from relaxtui.decoding.backend import SeqDecode, SequenceView, row_order
+from relaxtui.decoding.backend import SeqDecode, SequenceView, decode_each, row_order
 from relaxtui.decoding.config import MAX_DRAFT
 from relaxtui.decoding.sampling import RowSpec
 from relaxtui.engine.candidates import CandidateSamplers
@@ -80,6 +80,37 @@ def _ordered(out: Any, order: list[int]) -> Any:
     if order == list(range(len(out))):
         return out
     return [out[i] for i in order] if isinstance(out, list) else out[order]
+
+
+# one sequence's share of a batch: (seq, tokens, first position, output rows as token indices in ascending order,
+# where the first of them goes in `out`, out: a list of candidate rows or a [rows, n_vocab] array)
+_Part = tuple[int, list[int], int, list[int], int, Any]
+
+
+def _chunks(parts: list[_Part], size: int) -> list[list[_Part]]:
+    """``parts`` in batches of at most ``size`` tokens: a part that does not fit is split, its output rows with it
+    (a round's batch always fits: one chunk, the parts as they are)."""
+    total = sum(len(part[1]) for part in parts)
+    if total <= size:
+        return [parts] if total else []
+    chunks: list[list[_Part]] = []
+    chunk: list[_Part] = []
+    room = size
+    for seq, tokens, start, rows, slot, out in parts:
+        begin = 0
+        while begin < len(tokens):
+            end = begin + min(room, len(tokens) - begin)
+            inside = [row - begin for row in rows if begin <= row < end]
+            chunk.append((seq, tokens[begin:end], start + begin, inside, slot, out))
+            slot += len(inside)
+            room -= end - begin
+            begin = end
+            if room == 0:
+                chunks.append(chunk)
+                chunk, room = [], size
+    if chunk:
+        chunks.append(chunk)
+    return chunks
 
 
 def default_threads() -> int:
@@ -139,6 +170,11 @@ class LlamaModel(SequenceMemory):
         self._snapshots = (Snapshots(int(_llama.llama_n_rs_seq(self._ctx)), n_seq, rollback_depth)
                            if self.is_recurrent else None)
         self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
+        for j in range(self.n_batch):  # one sequence id per token, always; sequence 0 unless a batch says otherwise
+            self._batch.n_seq_id[j] = 1
+            self._batch.seq_id[j][0] = 0
+        # the batch's per-token arrays (each read of a ctypes field makes a new pointer object: read them once)
+        self._batch_arrays = (self._batch.token, self._batch.pos, self._batch.logits, self._batch.seq_id)
         self._memory = _llama.llama_get_memory(self._ctx)
         # the tokens in each sequence's KV cache, in order (what prefix reuse compares against)
         self._seqs: list[list[int]] = [[] for _ in range(n_seq)]
@@ -273,73 +309,114 @@ class LlamaModel(SequenceMemory):
     def decode_many(self, items: Sequence[SeqDecode]) -> list[Any]:
         """One batch for many sequences (as llama.cpp's `parallel` example): each item's tokens go at its
         sequence's own positions; returns per item a [len(item.logits_rows), n_vocab] array, or a list of
-        ``TopLogits`` for a sequence with candidate rows (``set_candidates``)."""
-        results, orders = [], []
-        flat: list[tuple[int, int, int, tuple[Any, int] | None]] = []  # (seq, token, position, (rows, index))
+        ``TopLogits`` for a sequence with candidate rows (``set_candidates``). Chunks by n_batch."""
+        parts: list[_Part] = []
+        orders = []
         for item in items:
-            cached = self._seqs[item.seq]
-            if len(cached) + len(item.tokens) > self.n_ctx:
-                raise ContextFull(len(cached), len(item.tokens), self.n_ctx)
+            seq = item.seq
+            start = len(self._seqs[seq])
+            if start + len(item.tokens) > self.n_ctx:
+                raise ContextFull(start, len(item.tokens), self.n_ctx)
             rows, order = row_order(len(item.tokens), item.logits_rows)
-            if len(rows) > self._outputs_per_seq and item.seq in self._candidates.specs:
-                self._candidates.set(item.seq, None)  # more rows than llama.cpp samples per sequence: whole ones
-            out: Any = ([None] * len(rows) if item.seq in self._candidates.specs
-                        else np.empty((len(rows), self.n_vocab), dtype=np.float32))
-            results.append(out)
+            candidates = seq in self._candidates.specs
+            if candidates and len(rows) > self._outputs_per_seq:
+                self._candidates.set(seq, None)  # more rows than llama.cpp samples per sequence: whole ones
+                candidates = False
+            out: Any = [None] * len(rows) if candidates else np.empty((len(rows), self.n_vocab), dtype=np.float32)
+            parts.append((seq, [int(token) for token in item.tokens], start, rows, 0, out))
             orders.append(order)
-            slot = {row: i for i, row in enumerate(rows)}
-            flat += [(item.seq, int(t), len(cached) + j, (out, slot[j]) if j in slot else None)
-                     for j, t in enumerate(item.tokens)]
             if self.hidden is not None and item.tokens:
-                self.hidden.decoding(item.seq, len(cached))
-        for start in range(0, len(flat), self.n_batch):
-            self._decode_chunk(flat[start:start + self.n_batch])
-        return [_ordered(out, order) for out, order in zip(results, orders, strict=True)]
+                self.hidden.decoding(seq, start)
+        for chunk in _chunks(parts, self.n_batch):
+            self._decode_chunk(chunk)
+        return [_ordered(part[5], order) for part, order in zip(parts, orders, strict=True)]
 
-    def _decode_chunk(self, chunk: Sequence[tuple[int, int, int, tuple[Any, int] | None]]) -> None:
-        batch = self._batch
-        batch.n_tokens = len(chunk)
-        tokens, positions, seq_ids, wants = batch.token, batch.pos, batch.seq_id, batch.logits
-        n_seq_ids = batch.n_seq_id
-        for j, (seq, token, position, target) in enumerate(chunk):
-            tokens[j] = token
-            positions[j] = position
-            n_seq_ids[j] = 1
-            seq_ids[j][0] = seq
-            wants[j] = target is not None
+    def _decode_chunk(self, chunk: list[_Part]) -> None:
+        """Decode one batch and read back its rows. Between two decodes of a round this is most of the loop's own
+        work, and it runs right after llama.cpp has streamed the weights through every cache, where each distinct
+        thing touched costs: one pass fills the batch (a one-sequence context's sequence ids were written once, at
+        start-up), one reads it back."""
+        n_seq = self.n_seq
+        token_at, position_at, wants, seq_at = self._batch_arrays
+        j = 0
+        for seq, tokens, start, rows, _, _ in chunk:
+            for i, token in enumerate(tokens):
+                token_at[j + i] = token
+                position_at[j + i] = start + i
+                wants[j + i] = 0
+                if n_seq > 1:
+                    seq_at[j + i][0] = seq
+            for row in rows:
+                wants[j + row] = 1
+            j += len(tokens)
+        self._run(j)
+        hidden = self.hidden.read(self._ctx, j) if self.hidden is not None else None
+        j = 0
+        for seq, tokens, _, rows, slot, out in chunk:
+            self._seqs[seq].extend(tokens)
+            if hidden is not None:
+                for i in range(len(tokens)):
+                    self.hidden.append(seq, hidden[j + i])  # type: ignore[union-attr]
+            if rows and isinstance(out, list):  # candidate rows: the few the sampler left
+                spec = self._candidates.specs[seq]
+                out[slot:slot + len(rows)] = self._candidates.read_rows([j + row for row in rows], self.n_vocab, spec)
+                self.copied_bytes += self._candidates.copied(spec, self.n_vocab) * len(rows)
+            elif rows:
+                for i, row in enumerate(rows):
+                    out[slot + i] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j + row),
+                                                          shape=(self.n_vocab,))
+                self.copied_bytes += out.itemsize * self.n_vocab * len(rows)
+            j += len(tokens)
+        if hidden is not None:
+            self.copied_bytes += hidden.nbytes
+        if self._snapshots is not None:  # the snapshots now cover this decode's tokens of each sequence
+            counts: dict[int, int] = {}
+            for seq, tokens, *_ in chunk:
+                counts[seq] = counts.get(seq, 0) + len(tokens)
+            for seq, count in counts.items():
+                self._snapshots.decoded(seq, count)
+
+    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[Any]:
+        """Append ``tokens[i]`` to sequence ``seqs[i]``, in one batch, and hand each one's row (whole, or its
+        candidates): a drafter's step after its first (llama.cpp's speculative loop: clear the batch, add, decode,
+        sample). ``decode_many`` with one-token items does the same; this path touches less, for it runs between
+        every two draft steps, right after llama.cpp has streamed the weights through every cache, where each line
+        of Python costs trips to memory (docs/method.md)."""
+        if self.hidden is not None or len(seqs) > self.n_batch:  # (never, for a drafter: the general path)
+            return decode_each(self, seqs, tokens)
+        cached, specs = self._seqs, self._candidates.specs
+        token_at, position_at, wants, seq_at = self._batch_arrays
+        for j, seq in enumerate(seqs):
+            position = len(cached[seq])
+            if position >= self.n_ctx:
+                raise ContextFull(position, 1, self.n_ctx)
+            token_at[j], position_at[j], wants[j] = tokens[j], position, 1
+            if self.n_seq > 1:
+                seq_at[j][0] = seq
+        self._run(len(seqs))
+        rows: list[Any] = []
+        for j, seq in enumerate(seqs):
+            cached[seq].append(tokens[j])
+            spec = specs.get(seq)
+            if spec is not None:
+                rows.append(self._candidates.read_row(j, self.n_vocab, spec))
+                self.copied_bytes += self._candidates.copied(spec, self.n_vocab)
+            else:
+                rows.append(np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
+                            .copy())
+                self.copied_bytes += 4 * self.n_vocab
+            if self._snapshots is not None:
+                self._snapshots.decoded(seq, 1)
+        return rows
+
+    def _run(self, n_tokens: int) -> None:
+        """llama_decode the first ``n_tokens`` of the batch, timed."""
+        self._batch.n_tokens = n_tokens
         started = time.perf_counter()
-        status = _llama.llama_decode(self._ctx, batch)
+        status = _llama.llama_decode(self._ctx, self._batch)
         self.decode_seconds += time.perf_counter() - started
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
-        hidden = self.hidden.read(self._ctx, len(chunk)) if self.hidden is not None else None
-        if hidden is not None:
-            self.copied_bytes += hidden.nbytes
-        candidate_rows: dict[int, list[tuple[int, list[Any], int]]] = {}  # seq -> (output, its list, index)
-        for j, (seq, token, _, target) in enumerate(chunk):
-            self._seqs[seq].append(token)
-            if hidden is not None:
-                self.hidden.append(seq, hidden[j])
-            if target is None:
-                continue
-            out, index = target
-            if isinstance(out, list):  # candidate rows: the few the sampler left, read below, per sequence
-                candidate_rows.setdefault(seq, []).append((j, out, index))
-            else:
-                out[index] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
-                self.copied_bytes += out[index].nbytes
-        for seq, wanted in candidate_rows.items():
-            rows, copied = self._candidates.read_rows([j for j, _, _ in wanted], self.n_vocab,
-                                                      self._candidates.specs[seq])
-            for (_, out, index), row in zip(wanted, rows, strict=True):
-                out[index] = row
-            self.copied_bytes += copied
-        if self._snapshots is not None:  # the snapshots now cover this decode's tokens of each sequence
-            counts: dict[int, int] = {}
-            for seq, _, _, _ in chunk:
-                counts[seq] = counts.get(seq, 0) + 1
-            for seq, count in counts.items():
-                self._snapshots.decoded(seq, count)
 
     def close(self) -> None:
         for _, closing in getattr(self, "_followers", ()):
