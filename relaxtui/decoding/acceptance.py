@@ -164,14 +164,14 @@ def _q_on_support(i: int, draft_q: Sequence[Candidates], q_full: np.ndarray | No
 
 def _on_support(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(ids, p, q, index of x) on the union of p's and q's supports (and x: a draft q gives no mass is still
-    judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one."""
-    ids = np.concatenate((p.ids, q.ids, (x,)))
-    ids.sort()  # (array methods, not np.unique: a few dozen ids, where each numpy wrapper costs more than the work)
-    ids = ids[np.concatenate(((True,), ids[1:] != ids[:-1]))]
-    p_on, q_on = np.zeros(len(ids)), np.zeros(len(ids))
-    p_on[ids.searchsorted(p.ids)] = p.probs
-    q_on[ids.searchsorted(q.ids)] = q.probs
-    return ids, p_on, q_on, int(ids.searchsorted(x))
+    judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one.
+    Built in plain Python (a few dozen ids, where each numpy call costs more than the work), arrays at the end."""
+    p_ids, p_probs = p.as_lists()
+    q_ids, q_probs = q.as_lists()
+    ids = sorted({*p_ids, *q_ids, x})
+    p_at, q_at = dict(zip(p_ids, p_probs, strict=True)), dict(zip(q_ids, q_probs, strict=True))
+    return (np.array(ids, dtype=np.int64), np.array([p_at.get(token, 0.0) for token in ids]),
+            np.array([q_at.get(token, 0.0) for token in ids]), ids.index(x))
 
 
 def _relaxed(rule: Rule, policy: str, bonus_draft: DraftStep | None) -> bool:

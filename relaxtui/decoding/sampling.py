@@ -86,6 +86,12 @@ class Candidates:
     def __repr__(self) -> str:
         return f"Candidates(ids={list(self._ids)}, probs={list(self._probs)})"
 
+    def as_lists(self) -> tuple[Sequence[int], Sequence[float]]:
+        """(ids, probs) as plain Python numbers (read-only), without making arrays of them."""
+        ids, probs = self._ids, self._probs
+        return (ids.tolist() if isinstance(ids, np.ndarray) else ids,
+                probs.tolist() if isinstance(probs, np.ndarray) else probs)
+
     def top_prob(self) -> float:
         """The largest probability (--draft-p-min's confidence), without making arrays."""
         probs = self._probs
@@ -103,9 +109,7 @@ class Candidates:
 
     def pick(self, uniform: float) -> int:
         """The token the uniform ``uniform`` in [0, 1) picks by the inverse CDF (``draw`` with the uniform drawn)."""
-        probs = self._probs
-        at = _inverse_cdf(probs if isinstance(probs, list) else probs.tolist(), uniform)
-        return int(self._ids[at])
+        return int(self._ids[_inverse_cdf(self.as_lists()[1], uniform)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +155,11 @@ class TopLogits:
             self._logits = np.array(self._logits, dtype=np.float32)
         return self._logits
 
-    def as_lists(self) -> tuple[list[int], list[float]]:
-        """(ids, logits) as plain Python numbers, without making arrays of them."""
+    def as_lists(self) -> tuple[Sequence[int], Sequence[float]]:
+        """(ids, logits) as plain Python numbers (read-only), without making arrays of them."""
         ids, logits = self._ids, self._logits
-        return (ids.tolist() if hasattr(ids, "tolist") else list(ids),
-                logits.tolist() if hasattr(logits, "tolist") else list(logits))
+        return (ids.tolist() if isinstance(ids, np.ndarray) else ids,
+                logits.tolist() if isinstance(logits, np.ndarray) else logits)
 
     def __len__(self) -> int:
         """How many candidates the row holds (k)."""
@@ -286,11 +290,11 @@ def _kept(logits: Row, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     return _kept_of(logits, params.temperature, params.top_k, params.top_p)
 
 
-def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[list[int], list[float]]:
+def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[Sequence[int], Sequence[float]]:
     """``_kept_of`` on the engine's top k (top_k <= k), in ascending id order: the same float64 steps on Python
     floats (to an ulp: exp and the sums' order differ). A row of a few dozen candidates costs less in plain
     arithmetic than in the dozen numpy calls (a few microseconds each, several times that right after a decode has
-    flushed the caches) it would take per row."""
+    flushed the caches) it would take per row; for the same reason it runs few distinct steps."""
     held = len(logits)
     if not logits.complete and not 0 < params.top_k <= held:
         raise ValueError(f"top-k {params.top_k} needs more than the {held} candidates a row holds")
@@ -299,21 +303,21 @@ def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[list[int], lis
         chosen = sorted(range(held), key=values.__getitem__, reverse=True)[:params.top_k]
         ids, values = [ids[i] for i in chosen], [values[i] for i in chosen]
     temperature = params.temperature
-    scaled = [value / temperature for value in values]
-    top = max(scaled)
-    weights = [math.exp(value - top) for value in scaled]
+    top = max(values) / temperature  # = max(value / T): a positive divisor keeps the order and rounds the max alike
+    weights = [math.exp(value / temperature - top) for value in values]
     total = sum(weights)
     probs = [weight / total for weight in weights]
     if params.top_p < 1.0:
         order = sorted(range(len(probs)), key=probs.__getitem__, reverse=True)  # stable: ties keep their order
         # keep the smallest prefix whose mass reaches top_p (the token that crosses it stays)
-        cumulative = list(itertools.accumulate(probs[i] for i in order))
-        n_keep = bisect.bisect_left(cumulative, params.top_p - 1e-9) + 1  # 1e-9: float sums
-        order = order[:n_keep]
-        mass = sum(probs[i] for i in order)
-        ids, probs = [ids[i] for i in order], [probs[i] / mass for i in order]
-    pairs = sorted(zip(ids, probs, strict=True))
-    return [token for token, _ in pairs], [prob for _, prob in pairs]
+        cumulative = list(itertools.accumulate([probs[i] for i in order]))
+        n_keep = min(bisect.bisect_left(cumulative, params.top_p - 1e-9) + 1, len(order))  # 1e-9: float sums
+        mass = cumulative[n_keep - 1]  # (the kept probabilities' sum, added in the same order)
+        kept = sorted([(ids[i], probs[i] / mass) for i in order[:n_keep]])
+    else:
+        kept = sorted(zip(ids, probs, strict=True))
+    kept_ids, kept_probs = zip(*kept, strict=True)
+    return kept_ids, kept_probs
 
 
 def _kept_of(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, np.ndarray]:
@@ -346,7 +350,7 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return min(index, len(probs) - 1)
 
 
-def _inverse_cdf(probs: list[float], uniform: float) -> int:
+def _inverse_cdf(probs: Sequence[float], uniform: float) -> int:
     """Where ``uniform`` × the total falls among the running sums of ``probs`` (plain floats)."""
     cumulative = list(itertools.accumulate(probs))
     total = _checked_total(cumulative[-1])

@@ -146,6 +146,8 @@ class LlamaModel(SequenceMemory):
         if not self._model:
             raise UserError(f"llama.cpp could not load the model: {self.path}")
         self._vocab = _llama.llama_model_get_vocab(self._model)
+        self._eog: dict[int, bool] = {}  # llama.cpp's answers per token id (is_eog, token_piece)
+        self._pieces: dict[tuple[int, bool], bytes] = {}
         self.n_mtp_layers = int(_llama.llama_model_n_layer_nextn(self._model))
         from relaxtui.engine.mtp import MTP_ARCHS  # (lazy: mtp imports this module)
         # an MTP architecture without MTP layers of its own still keeps hidden rows, for an MTP-only GGUF's head
@@ -238,13 +240,23 @@ class LlamaModel(SequenceMemory):
         return bool(_llama.llama_vocab_get_add_bos(self._vocab))
 
     def is_eog(self, token: int) -> bool:
-        return bool(_llama.llama_vocab_is_eog(self._vocab, token))
+        known = self._eog.get(token)
+        if known is None:  # (asked per emitted token: a dict remembers what llama.cpp answered)
+            known = self._eog[token] = bool(_llama.llama_vocab_is_eog(self._vocab, token))
+        return known
 
     def token_text(self, token: int) -> bytes:
         """The vocabulary entry's raw text (as llama.cpp compares vocabularies), not the rendered piece."""
         return _llama.llama_vocab_get_text(self._vocab, token) or b""
 
     def token_piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes ``token`` renders as (asked per emitted token: remembered, the vocabulary never changes)."""
+        piece = self._pieces.get((token, special))
+        if piece is None:
+            piece = self._pieces[token, special] = self._render(token, special)
+        return piece
+
+    def _render(self, token: int, special: bool) -> bytes:
         buffer = ctypes.create_string_buffer(64)
         n = _llama.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
         if n < 0:
