@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,8 +55,9 @@ class MultiBackend(Backend, Protocol):
 
     def tokens_of(self, seq: int) -> Sequence[int]: ...
     def decode_many(self, items: Sequence[SeqDecode]) -> list[np.ndarray]: ...  # one [rows, vocab] per item
-    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]: ...  # a draft step:
-    # tokens[i] appended to sequence seqs[i] (each once), one row each (``decode_many``'s, by a leaner path)
+    def decode_rows(self, seqs: Sequence[int], blocks: Sequence[Sequence[int]], *,
+                    last: bool = False) -> list[np.ndarray]: ...  # blocks[i] appended to sequence seqs[i] (each
+    # once), every token's row (last: each block's last one): ``decode_many``'s, by a path that touches less
     def rollback_seq(self, seq: int, position: int) -> None: ...
     def clear_seq(self, seq: int) -> None: ...
     def share_prefix(self, src: int, dst: int, length: int) -> None: ...  # dst := src's first `length` tokens
@@ -97,6 +98,10 @@ class SequenceView:
 
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
         return self.model.decode_many([SeqDecode(self.seq, tokens, logits_rows)])[0]
+
+    def decode_rows(self, tokens: Sequence[int]) -> np.ndarray:
+        """Every row of ``tokens`` (a verify batch), by the model's leanest path."""
+        return self.model.decode_rows([self.seq], [tokens])[0]
 
     def rollback(self, position: int) -> None:
         self.model.rollback_seq(self.seq, position)
@@ -174,8 +179,9 @@ class OneSequence:
             raise ValueError("a one-sequence backend decodes sequence 0 alone")
         return [self.model.decode(items[0].tokens, items[0].logits_rows)]
 
-    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
-        return decode_each(self, seqs, tokens)  # type: ignore[arg-type]
+    def decode_rows(self, seqs: Sequence[int], blocks: Sequence[Sequence[int]], *,
+                    last: bool = False) -> list[np.ndarray]:
+        return rows_through_decode_many(self, seqs, blocks, last=last)  # type: ignore[arg-type]
 
     def rollback(self, position: int) -> None:
         self.model.rollback(position)
@@ -244,10 +250,12 @@ def as_multi(model: Backend) -> MultiBackend:
     return OneSequence(model)  # type: ignore[return-value]
 
 
-def decode_each(model: MultiBackend, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
-    """``decode_next`` through ``decode_many``: the same rows, for a backend without a leaner path of its own."""
-    items = [SeqDecode(seq, [token], [0]) for seq, token in zip(seqs, tokens, strict=True)]
-    return [rows[0] for rows in model.decode_many(items)]
+def rows_through_decode_many(model: MultiBackend, seqs: Sequence[int], blocks: Sequence[Sequence[int]], *,
+                             last: bool = False) -> list[Any]:
+    """``decode_rows`` through ``decode_many``: the same rows, for a backend without a leaner path of its own."""
+    items = [SeqDecode(seq, block, [-1] if last else range(len(block)))
+             for seq, block in zip(seqs, blocks, strict=True)]
+    return model.decode_many(items)
 
 
 def row_order(n_tokens: int, logits_rows: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -338,8 +346,9 @@ class FakeBackend:
             self.handed_candidates += 0 if spec is None else len(block)
         return out
 
-    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
-        return decode_each(self, seqs, tokens)  # type: ignore[arg-type]
+    def decode_rows(self, seqs: Sequence[int], blocks: Sequence[Sequence[int]], *,
+                    last: bool = False) -> list[np.ndarray]:
+        return rows_through_decode_many(self, seqs, blocks, last=last)  # type: ignore[arg-type]
 
     def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
         """Rows of ``seq`` as ``TopLogits`` (what llama.cpp's backend sampling hands), computed here in numpy."""

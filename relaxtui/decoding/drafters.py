@@ -186,17 +186,18 @@ class ModelDrafter(BaseDrafter):
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
         """One batch per draft step: the first re-syncs each sequence and decodes its last token, the next ones
-        (``decode_next``) one token per sequence still drafting."""
+        (``decode_rows``) one token per sequence still drafting."""
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.model.n_ctx - len(r.context))) for r in requests]
         made: list[tuple[list[int], list[Candidates | None], list[Row]]] = [([], [], []) for _ in requests]
         live = [i for i, limit in enumerate(limits) if limit > 0]
-        first = [SeqDecode(requests[i].seq, self._resync(requests[i].seq, requests[i].context), [-1]) for i in live]
+        seqs = [requests[i].seq for i in live]
+        blocks = [self._resync(requests[i].seq, requests[i].context) for i in live]
         for i in live:
             self._rows(requests[i])
         uniforms = [draw_uniforms(request, limit) for request, limit in zip(requests, limits, strict=True)]
-        saved = self._saved([item.seq for item in first])
-        rows = [logits[0] for logits in self._model.decode_many(first)] if first else []
+        saved = self._saved(seqs)
+        rows = [step[0] for step in self._model.decode_rows(seqs, blocks, last=True)] if live else []
         while live:
             following = []
             for i, logits in zip(live, rows, strict=True):
@@ -213,7 +214,9 @@ class ModelDrafter(BaseDrafter):
                     following.append(i)
             live = following
             if live:
-                rows = self._model.decode_next([requests[i].seq for i in live], [made[i][0][-1] for i in live])
+                steps = self._model.decode_rows([requests[i].seq for i in live], [made[i][0][-1:] for i in live],
+                                                last=True)
+                rows = [step[0] for step in steps]
         self._restore(saved)  # the draft decoded nothing the next re-sync keeps: back to the checkpoint
         seconds = time.perf_counter() - started
         drafts = []

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from relaxtui.decoding.acceptance import DraftStep, Emitted, accept_round, row_spec
-from relaxtui.decoding.backend import Backend, sequence_of
+from relaxtui.decoding.backend import Backend, SequenceView, sequence_of
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
@@ -68,6 +68,7 @@ class Slot:
 
     seq: int
     verifier: Backend  # this sequence's rows of the verifier, as a one-sequence backend
+    view: SequenceView  # the same, with the one-sequence rollback API (made once: the round asks it every time)
     drafter: Drafter | None  # None: the verifier alone
     rule: Rule
     config: GenerationConfig
@@ -149,7 +150,7 @@ def open_slot(verifier: Backend, seq: int, prompt: Sequence[int], config: Genera
         view.use_candidates(None)  # no generation runs on them: whole rows again
         raise
     now = clock()
-    return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
+    return Slot(seq, verifier, view, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
                 DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
                 prefill_s=now - started, prefill_decoded=decoded, started=now,
                 llama_before=llama_seconds(verifier, drafter), copied_before=copied_bytes(verifier, drafter),
@@ -193,9 +194,8 @@ def _whole_rows(slot: Slot) -> bool:
 def _checkpoint(slot: Slot) -> None:
     """Before the verify batch: save the verifier's state when a rejection could need a rollback deeper than its
     recurrent-state snapshots (a KV cache, or drafts within the snapshots, need none)."""
-    view = sequence_of(slot.verifier)
-    limit = view.rollback_limit  # None: a KV cache (or a model that does not say)
-    slot.saved = view.checkpoint() if limit is not None and len(slot.draft_tokens) > limit else None
+    limit = slot.view.rollback_limit  # None: a KV cache (or a model that does not say)
+    slot.saved = slot.view.checkpoint() if limit is not None and len(slot.draft_tokens) > limit else None
 
 
 def _one_hot(draft: Draft, vocab: int) -> Draft:
@@ -227,8 +227,8 @@ def _keep(slot: Slot, position: int) -> None:
     its snapshots) back to the round's checkpoint and decode `last` and the accepted drafts again. A rollback that
     can be neither raises in the engine: never a silently wrong state."""
     saved, slot.saved = slot.saved, None
-    if saved is not None and not (view := sequence_of(slot.verifier)).can_rollback(position):
-        view.restore(saved)
+    if saved is not None and not slot.view.can_rollback(position):
+        slot.view.restore(saved)
         slot.verifier.decode(slot.verify_tokens[:position - slot.base])
     else:
         slot.verifier.rollback(position)
@@ -289,7 +289,7 @@ def _completes_stop(slot: Slot, text: str) -> bool:
 def whole_rows_again(slot: Slot) -> None:
     """Hand the verifier's rows of this sequence whole again (its next user — a calibration, another request's
     settings, a caller decoding by hand — asks for what it needs; candidate rows are this generation's choice)."""
-    sequence_of(slot.verifier).use_candidates(None)
+    slot.view.use_candidates(None)
 
 
 def finished(slot: Slot, clock: Callable[[], float]) -> Finished:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from relaxtui import envvars
-from relaxtui.decoding.backend import SeqDecode, SequenceView, decode_each, row_order
+from relaxtui.decoding.backend import SeqDecode, SequenceView, row_order, rows_through_decode_many
 from relaxtui.decoding.config import MAX_DRAFT
 from relaxtui.decoding.sampling import RowSpec
 from relaxtui.engine.candidates import CandidateSamplers
@@ -369,15 +369,8 @@ class LlamaModel(SequenceMemory):
             if hidden is not None:
                 for i in range(len(tokens)):
                     self.hidden.append(seq, hidden[j + i])  # type: ignore[union-attr]
-            if rows and isinstance(out, list):  # candidate rows: the few the sampler left
-                spec = self._candidates.specs[seq]
-                out[slot:slot + len(rows)] = self._candidates.read_rows([j + row for row in rows], self.n_vocab, spec)
-                self.copied_bytes += self._candidates.copied(spec, self.n_vocab) * len(rows)
-            elif rows:
-                for i, row in enumerate(rows):
-                    out[slot + i] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j + row),
-                                                          shape=(self.n_vocab,))
-                self.copied_bytes += out.itemsize * self.n_vocab * len(rows)
+            if rows:
+                self._read(seq, out, slot, [j + row for row in rows])
             j += len(tokens)
         if hidden is not None:
             self.copied_bytes += hidden.nbytes
@@ -388,38 +381,56 @@ class LlamaModel(SequenceMemory):
             for seq, count in counts.items():
                 self._snapshots.decoded(seq, count)
 
-    def decode_next(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[Any]:
-        """Append ``tokens[i]`` to sequence ``seqs[i]``, in one batch, and hand each one's row (whole, or its
-        candidates): a drafter's step after its first (llama.cpp's speculative loop: clear the batch, add, decode,
-        sample). ``decode_many`` with one-token items does the same; this path touches less, for it runs between
-        every two draft steps, right after llama.cpp has streamed the weights through every cache, where each line
-        of Python costs trips to memory (docs/method.md)."""
-        if self.hidden is not None or len(seqs) > self.n_batch:  # (never, for a drafter: the general path)
-            return decode_each(self, seqs, tokens)
+    def decode_rows(self, seqs: Sequence[int], blocks: Sequence[Sequence[int]], *, last: bool = False) -> list[Any]:
+        """Append ``blocks[i]`` to sequence ``seqs[i]`` (each sequence once), in one batch, and hand every token's
+        row (``last``: each block's last token's only): per sequence an array [rows, n_vocab], or a list of
+        ``TopLogits`` (``set_candidates``). A round's every decode is this shape: the verify batch ([last, drafts],
+        every row) and each draft step (the re-sync and the last token, then one token). ``decode_many`` does the
+        same; this path touches less: it runs right after llama.cpp has streamed the weights through every cache,
+        where each distinct step costs trips to memory (docs/method.md)."""
+        if self.hidden is not None or sum(map(len, blocks)) > self.n_batch:  # (the general path: chunks, hidden rows)
+            return rows_through_decode_many(self, seqs, blocks, last=last)
         cached, specs = self._seqs, self._candidates.specs
         token_at, position_at, wants, seq_at = self._batch_arrays
-        for j, seq in enumerate(seqs):
-            position = len(cached[seq])
-            if position >= self.n_ctx:
-                raise ContextFull(position, 1, self.n_ctx)
-            token_at[j], position_at[j], wants[j] = tokens[j], position, 1
-            if self.n_seq > 1:
-                seq_at[j][0] = seq
-        self._run(len(seqs))
+        j = 0
+        for seq, block in zip(seqs, blocks, strict=True):
+            start = len(cached[seq])
+            if start + len(block) > self.n_ctx:
+                raise ContextFull(start, len(block), self.n_ctx)
+            if not last and len(block) > self._outputs_per_seq and seq in specs:
+                self._candidates.set(seq, None)  # more rows than llama.cpp samples per sequence: whole ones
+            for i, token in enumerate(block):
+                token_at[j], position_at[j], wants[j] = token, start + i, not last or i == len(block) - 1
+                if self.n_seq > 1:
+                    seq_at[j][0] = seq
+                j += 1
+        self._run(j)
         rows: list[Any] = []
-        for j, seq in enumerate(seqs):
-            cached[seq].append(tokens[j])
-            spec = specs.get(seq)
-            if spec is not None:
-                rows.append(self._candidates.read_row(j, self.n_vocab, spec))
-                self.copied_bytes += self._candidates.copied(spec, self.n_vocab)
-            else:
-                rows.append(np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
-                            .copy())
-                self.copied_bytes += 4 * self.n_vocab
+        j = 0
+        for seq, block in zip(seqs, blocks, strict=True):
+            n = len(block)
+            cached[seq].extend(block)
+            outputs = range(j + n - 1, j + n) if last else range(j, j + n)
+            out: Any = [None] * len(outputs) if seq in specs else np.empty((len(outputs), self.n_vocab), np.float32)
+            self._read(seq, out, 0, outputs)
+            rows.append(out)
             if self._snapshots is not None:
-                self._snapshots.decoded(seq, 1)
+                self._snapshots.decoded(seq, n)
+            j += n
         return rows
+
+    def _read(self, seq: int, out: Any, start: int, outputs: Sequence[int]) -> None:
+        """Copy the rows of these outputs of the last batch, of sequence ``seq``, into ``out[start:]`` (the next
+        decode overwrites them): its candidates into a list, whole rows into an array."""
+        if isinstance(out, list):  # candidate rows: the few the sampler left
+            spec = self._candidates.specs[seq]
+            out[start:start + len(outputs)] = self._candidates.read_rows(list(outputs), self.n_vocab, spec)
+            self.copied_bytes += self._candidates.copied(spec, self.n_vocab) * len(outputs)
+            return
+        for i, output in enumerate(outputs):
+            row = _llama.llama_get_logits_ith(self._ctx, output)
+            out[start + i] = np.ctypeslib.as_array(row, shape=(self.n_vocab,))
+        self.copied_bytes += 4 * self.n_vocab * len(outputs)
 
     def _run(self, n_tokens: int) -> None:
         """llama_decode the first ``n_tokens`` of the batch, timed."""
