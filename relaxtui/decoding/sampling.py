@@ -7,8 +7,6 @@ Randomness is always passed in as a ``np.random.Generator``; nothing here touche
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -292,9 +290,9 @@ def _kept(logits: Row, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
 
 def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[Sequence[int], Sequence[float]]:
     """``_kept_of`` on the engine's top k (top_k <= k), in ascending id order: the same float64 steps on Python
-    floats (to an ulp: exp and the sums' order differ). A row of a few dozen candidates costs less in plain
-    arithmetic than in the dozen numpy calls (a few microseconds each, several times that right after a decode has
-    flushed the caches) it would take per row; for the same reason it runs few distinct steps."""
+    floats (to an ulp: exp and the sums' order differ). A drafter runs this between two decodes, right after
+    llama.cpp has flushed the caches, where each numpy call costs tens of microseconds and each distinct piece of
+    Python code a few: so plain loops over a few dozen numbers, in one function."""
     held = len(logits)
     if not logits.complete and not 0 < params.top_k <= held:
         raise ValueError(f"top-k {params.top_k} needs more than the {held} candidates a row holds")
@@ -304,19 +302,31 @@ def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[Sequence[int],
         ids, values = [ids[i] for i in chosen], [values[i] for i in chosen]
     temperature = params.temperature
     top = max(values) / temperature  # = max(value / T): a positive divisor keeps the order and rounds the max alike
-    weights = [math.exp(value / temperature - top) for value in values]
-    total = sum(weights)
-    probs = [weight / total for weight in weights]
+    weights = []
+    total = 0.0
+    for value in values:
+        weight = math.exp(value / temperature - top)
+        weights.append(weight)
+        total += weight
+    kept = []
+    mass = 0.0
     if params.top_p < 1.0:
-        order = sorted(range(len(probs)), key=probs.__getitem__, reverse=True)  # stable: ties keep their order
-        # keep the smallest prefix whose mass reaches top_p (the token that crosses it stays)
-        cumulative = list(itertools.accumulate([probs[i] for i in order]))
-        n_keep = min(bisect.bisect_left(cumulative, params.top_p - 1e-9) + 1, len(order))  # 1e-9: float sums
-        mass = cumulative[n_keep - 1]  # (the kept probabilities' sum, added in the same order)
-        kept = sorted([(ids[i], probs[i] / mass) for i in order[:n_keep]])
+        # the likeliest first (stable: ties keep their order), up to the token whose mass reaches top_p
+        for i in sorted(range(len(weights)), key=weights.__getitem__, reverse=True):
+            prob = weights[i] / total
+            kept.append((ids[i], prob))
+            mass += prob  # (the kept mass, added in the same order as the dense path's cumulative sum)
+            if mass >= params.top_p - 1e-9:  # 1e-9: float sums
+                break
     else:
-        kept = sorted(zip(ids, probs, strict=True))
-    kept_ids, kept_probs = zip(*kept, strict=True)
+        for i, weight in enumerate(weights):
+            kept.append((ids[i], weight / total))
+        mass = 1.0
+    kept.sort()
+    kept_ids, kept_probs = [], []
+    for token, prob in kept:
+        kept_ids.append(token)
+        kept_probs.append(prob / mass if mass != 1.0 else prob)
     return kept_ids, kept_probs
 
 
@@ -351,10 +361,18 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
 
 
 def _inverse_cdf(probs: Sequence[float], uniform: float) -> int:
-    """Where ``uniform`` × the total falls among the running sums of ``probs`` (plain floats)."""
-    cumulative = list(itertools.accumulate(probs))
-    total = _checked_total(cumulative[-1])
-    return min(bisect.bisect_right(cumulative, uniform * total), len(probs) - 1)
+    """Where ``uniform`` × the total falls among the running sums of ``probs`` (plain floats): the first index whose
+    running sum exceeds it (``bisect_right``), by one plain loop (a drafter draws between two decodes)."""
+    cumulative = []
+    total = 0.0
+    for prob in probs:
+        total += prob
+        cumulative.append(total)
+    target = uniform * _checked_total(total)
+    for index, running in enumerate(cumulative):
+        if running > target:
+            return index
+    return len(cumulative) - 1
 
 
 def _checked_total(total: float) -> float:
