@@ -168,10 +168,13 @@ def _on_support(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.nd
     Built in plain Python (a few dozen ids, where each numpy call costs more than the work), arrays at the end."""
     p_ids, p_probs = p.as_lists()
     q_ids, q_probs = q.as_lists()
-    ids = sorted({*p_ids, *q_ids, x})
     p_at, q_at = dict(zip(p_ids, p_probs, strict=True)), dict(zip(q_ids, q_probs, strict=True))
-    return (np.array(ids, dtype=np.int64), np.array([p_at.get(token, 0.0) for token in ids]),
-            np.array([q_at.get(token, 0.0) for token in ids]), ids.index(x))
+    ids = sorted({*p_at, *q_at, x})
+    p_on, q_on = [], []
+    for token in ids:
+        p_on.append(p_at.get(token, 0.0))
+        q_on.append(q_at.get(token, 0.0))
+    return np.array(ids, dtype=np.int64), np.array(p_on), np.array(q_on), ids.index(x)
 
 
 def _relaxed(rule: Rule, policy: str, bonus_draft: DraftStep | None) -> bool:
@@ -210,16 +213,16 @@ def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | Sequence[
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
         target, p, ids, lse = _greedy_row(target_logits[i])
-        q, q_ids, q_at = _greedy_q(draft_logits[i], ids) if draft_logits is not None else (None, None, _no_q)
-        shown = {"p_row": p, "row_ids": ids, "q_row": q, "q_ids": q_ids}
-        if x == target:
-            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, _p_at(p, ids, x), q_at(x), 1.0, 1.0,
-                                   (("accept_prob", 1.0),), logp_x=_logp(target_logits[i], x, lse), **shown))
-            continue
-        emitted.append(Emitted(target, Verdict.RESAMPLED, i + 1, _p_at(p, ids, target), q_at(target),
-                               1.0, 0.0, (("accept_prob", 0.0),), rejected_token=x,
-                               logp_x=_logp(target_logits[i], target, lse), **shown))
-        return emitted
+        # the emitted token is the argmax either way (x itself when accepted): q and p are shown at it
+        q, q_ids, q_x = _greedy_q(draft_logits[i], ids, target) if draft_logits is not None else (None, None, None)
+        accepted = x == target
+        chance = 1.0 if accepted else 0.0
+        emitted.append(Emitted(target, Verdict.ACCEPTED if accepted else Verdict.RESAMPLED, i + 1,
+                               _p_at(p, ids, target), q_x, 1.0, chance, (("accept_prob", chance),),
+                               rejected_token=None if accepted else x, p_row=p, q_row=q, row_ids=ids, q_ids=q_ids,
+                               logp_x=_logp(target_logits[i], target, lse)))
+        if not accepted:
+            return emitted
     last = target_logits[len(draft_tokens)]
     target, p, ids, lse = _greedy_row(last)
     verdict = Verdict.BONUS if draft_tokens else Verdict.VERIFIER
@@ -228,8 +231,8 @@ def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | Sequence[
     return emitted
 
 
-def _greedy_q(row: Row, p_ids: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None,
-                                                           Callable[[int], float | None]]:
+def _greedy_q(row: Row, p_ids: np.ndarray | None, token: int) -> tuple[np.ndarray | None, np.ndarray | None,
+                                                                       float | None]:
     """(q to show, the ids it is over (None: those p is over), q(token)) of a greedy draft row: at T=1 from a whole
     row or from candidates with the normaliser; from candidates without (asked only when no alternatives are shown),
     nothing to show and q(token) the processed one-hot's. A whole q beside a candidate p (an MTP head's rows) is
@@ -237,23 +240,14 @@ def _greedy_q(row: Row, p_ids: np.ndarray | None) -> tuple[np.ndarray | None, np
     if isinstance(row, TopLogits):
         probs = row.probs()
         if probs is None:  # the processed one-hot: exact everywhere (nothing shown: no alternatives were asked)
-            best = row.argmax()
-            return None, None, lambda token: float(token == best)
-        return probs, row.ids, lambda token: _on_ids(probs, row.ids, token)
+            return None, None, float(token == row.argmax())
+        at = position(row.ids, token)
+        return probs, row.ids, float(probs[at]) if at is not None else None  # (below its top k: not guessed)
     whole = _shown(row)[0]
     if p_ids is None:
-        return whole, None, lambda token: float(whole[token])
+        return whole, None, float(whole[token])
     top = np.argpartition(whole, -len(p_ids))[-len(p_ids):] if len(p_ids) < len(whole) else np.arange(len(whole))
-    return whole[top], top, lambda token: float(whole[token])
-
-
-def _on_ids(q: np.ndarray, ids: np.ndarray, token: int) -> float | None:
-    at = position(ids, token)
-    return float(q[at]) if at is not None else None  # below the drafter's top k: not known, not guessed
-
-
-def _no_q(token: int) -> None:
-    return None
+    return whole[top], top, float(whole[token])
 
 
 def _greedy_row(row: Row) -> tuple[int, np.ndarray | None, np.ndarray | None, float | None]:

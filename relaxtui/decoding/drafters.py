@@ -136,11 +136,14 @@ class ModelDrafter(BaseDrafter):
         self.model = model  # tests and tui/engine.py (until converted) still reach for it
         self._model = as_multi(model)
         self.target_vocab = target_vocab
+        self._same_vocab = model.n_vocab == target_vocab  # (else each row is fitted: padding ids cut)
         self.p_min = p_min  # stop drafting when the drafter's top probability falls below this
         # recurrent/hybrid memory: drafting one token per decode leaves no snapshot to roll back to, so each draft
         # (and extend, and timing step) runs from a checkpoint taken after the re-sync and restored after it
         self._recurrent = getattr(self._model, "rollback_limit", None) is not None
-        self._drafted: dict[int, list[int]] = {}  # seq -> context + draft of its last draft (extend continues it)
+        # seq -> (context, its length, draft) of its last draft: extend continues it (the context is the caller's,
+        # which only grows: its first tokens stay; no copy of a long chat per round)
+        self._drafted: dict[int, tuple[Sequence[int], int, list[int]]] = {}
         path = getattr(model, "path", None)
         self.traits = DrafterTraits("model", has_distribution=True, bonus_steps=1, holds_model=True,
                                     model_path=Path(path) if path is not None else None, n_seq=self._model.n_seq,
@@ -188,21 +191,24 @@ class ModelDrafter(BaseDrafter):
         """One batch per draft step: the first re-syncs each sequence and decodes its last token, the next ones
         (``decode_rows``) one token per sequence still drafting."""
         started = time.perf_counter()
-        limits = [max(0, min(r.n_max, self.model.n_ctx - len(r.context))) for r in requests]
-        made: list[tuple[list[int], list[Candidates | None], list[Row]]] = [([], [], []) for _ in requests]
-        live = [i for i, limit in enumerate(limits) if limit > 0]
-        seqs = [requests[i].seq for i in live]
-        blocks = [self._resync(requests[i].seq, requests[i].context) for i in live]
-        for i in live:
-            self._rows(requests[i])
-        uniforms = [draw_uniforms(request, limit) for request, limit in zip(requests, limits, strict=True)]
+        limits, made, uniforms, live, seqs, blocks = [], [], [], [], [], []  # (plain loops: see decode_rows)
+        for i, request in enumerate(requests):
+            limit = max(0, min(request.n_max, self.model.n_ctx - len(request.context)))
+            limits.append(limit)
+            made.append(([], [], []))
+            uniforms.append(draw_uniforms(request, limit))
+            if limit > 0:
+                live.append(i)
+                seqs.append(request.seq)
+                blocks.append(self._resync(request.seq, request.context))
+                self._rows(request)
         saved = self._saved(seqs)
-        rows = [step[0] for step in self._model.decode_rows(seqs, blocks, last=True)] if live else []
+        rows = self._model.decode_rows(seqs, blocks, last=True) if live else []
         while live:
-            following = []
+            following, seqs, blocks = [], [], []
             for i, logits in zip(live, rows, strict=True):
                 tokens, probs, raw = made[i]
-                fitted = fit_vocab(logits, self.target_vocab)
+                fitted = logits[0] if self._same_vocab else fit_vocab(logits[0], self.target_vocab)
                 drawn = uniforms[i]
                 step = propose(fitted, requests[i].sampling, drawn[len(tokens)] if drawn else None, self.p_min)
                 if step is None:
@@ -212,16 +218,16 @@ class ModelDrafter(BaseDrafter):
                 raw.append(fitted)
                 if len(tokens) < limits[i]:
                     following.append(i)
+                    seqs.append(requests[i].seq)
+                    blocks.append(tokens[-1:])
             live = following
             if live:
-                steps = self._model.decode_rows([requests[i].seq for i in live], [made[i][0][-1:] for i in live],
-                                                last=True)
-                rows = [step[0] for step in steps]
+                rows = self._model.decode_rows(seqs, blocks, last=True)
         self._restore(saved)  # the draft decoded nothing the next re-sync keeps: back to the checkpoint
         seconds = time.perf_counter() - started
         drafts = []
         for request, (tokens, probs, raw) in zip(requests, made, strict=True):
-            self._drafted[request.seq] = [*request.context, *tokens]
+            self._drafted[request.seq] = (request.context, len(request.context), tokens)
             drafts.append(make_draft(tokens, probs, raw, self.target_vocab, seconds))
         return drafts
 
@@ -233,7 +239,8 @@ class ModelDrafter(BaseDrafter):
     def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]:
         """q and raw logits one step past the sequence's last draft (the relaxed-bonus rules need it); no raw
         logits from candidate rows (a rule that reads them gets whole rows)."""
-        tokens = self._resync(seq, self._drafted[seq])
+        context, length, drafted = self._drafted[seq]
+        tokens = self._resync(seq, [*context[:length], *drafted])
         saved = self._saved([seq])
         logits = fit_vocab(self._model.decode_many([SeqDecode(seq, tokens, [-1])])[0][0], self.target_vocab)
         self._restore(saved)

@@ -42,13 +42,13 @@ def acceptance_probability(pi_rej: np.ndarray, q: np.ndarray, x: int) -> float:
 def require_finite(decision: Decision, p: np.ndarray, q: np.ndarray, x: int, *, rule: str, position: int) -> None:
     """Every number an acceptance decision rests on must be finite: a NaN compares False everywhere, so it
     would silently turn into "accept" (min(1, NaN) = 1) or "defer" depending on how a test is written."""
-    values = {"p(x)": float(p[x]), "q(x)": float(q[x]), "pi_rej(x)": float(decision.pi_rej[x]),
-              **dict(decision.statistic)}
-    bad = {name: value for name, value in values.items() if not math.isfinite(value)}
-    if bad:
-        shown = ", ".join(f"{name}={value}" for name, value in bad.items())
-        raise NumericsError(f"rule {rule} at draft position {position}, token {x}: non-finite {shown} "
-                            "(a broken model output or a bug in the rule; nothing was accepted)")
+    values = (("p(x)", float(p[x])), ("q(x)", float(q[x])), ("pi_rej(x)", float(decision.pi_rej[x])),
+              *decision.statistic)
+    for _, value in values:  # (a plain loop: this runs per draft position, right after the verify batch)
+        if not math.isfinite(value):
+            shown = ", ".join(f"{name}={value}" for name, value in values if not math.isfinite(value))
+            raise NumericsError(f"rule {rule} at draft position {position}, token {x}: non-finite {shown} "
+                                "(a broken model output or a bug in the rule; nothing was accepted)")
 
 
 def residual(pi_res: np.ndarray, q: np.ndarray) -> np.ndarray:
