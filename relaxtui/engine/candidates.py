@@ -125,6 +125,7 @@ class CandidateSamplers:
         self._ctx = ctx
         self.specs: dict[int, RowSpec] = {}
         self._chains: dict[int, object] = {}
+        self.copied_bytes = 0  # candidates read out of llama.cpp so far
 
     def set(self, seq: int, spec: RowSpec | None) -> bool:
         """Hand ``seq`` candidate rows for ``spec`` from its next decode on (None: whole rows again); False when
@@ -156,52 +157,41 @@ class CandidateSamplers:
         if old is not None:
             _llama.llama_sampler_free(old)
 
-    def read_row(self, output: int, vocab_size: int, spec: RowSpec) -> TopLogits:
-        """Output row ``output`` of the last decode, of a sequence with ``spec``'s sampler (a draft step's row).
-        This runs right after llama.cpp has flushed every cache, where each distinct call costs tens of
-        microseconds: one accessor call per buffer, the row read as plain numbers by one slice (greedy's one
-        candidate by one index), no numpy: the rules read greedy's argmax or a few dozen candidates, cheaper in
-        Python floats (``TopLogits`` makes arrays only for those who ask)."""
-        ids, logits = _IDS_AT(self._ctx, output), _LOGITS_AT(self._ctx, output)
-        probs = _PROBS_AT(self._ctx, output) if spec.normaliser else None
-        if not (ids and logits and (probs or not spec.normaliser)):
-            raise RuntimeError(f"llama.cpp handed no sampled rows for output row {output}")
-        return _top(ids, logits, probs, 0, min(spec.k, vocab_size), vocab_size)
-
-    def read_rows(self, outputs: list[int], vocab_size: int, spec: RowSpec) -> list[TopLogits]:
-        """Output rows ``outputs`` (ascending) of the last decode, as ``read_row`` reads one. The sampler hands
-        exactly min(k, vocabulary) per row, in buffers with one vocabulary-wide stride per output row: rows one
-        stride apart (one sequence's outputs, the verify batch) take one accessor call per buffer."""
-        if len(outputs) == 1:
-            return [self.read_row(outputs[0], vocab_size, spec)]
+    def read(self, first: int, count: int, vocab_size: int, spec: RowSpec) -> list[TopLogits]:
+        """Output rows ``first .. first + count - 1`` of the last decode, of a sequence with ``spec``'s sampler: their
+        candidates. The sampler hands exactly min(k, vocabulary) per row, in buffers with one vocabulary-wide stride
+        per output row. This runs per decode, right after llama.cpp has flushed every cache, where each distinct
+        step costs: one accessor call per buffer (rows one stride apart: one sequence's verify batch), each row
+        read as plain numbers by one slice (greedy's one candidate by one index), no numpy: the rules read greedy's
+        argmax or a few dozen candidates, cheaper in Python floats (``TopLogits`` makes arrays only when asked)."""
         n = min(spec.k, vocab_size)
-        ids = self._rows(_IDS_AT, outputs, vocab_size)
-        logits = self._rows(_LOGITS_AT, outputs, vocab_size)
-        probs = self._rows(_PROBS_AT, outputs, vocab_size) if spec.normaliser else None
-        return [_top(ids[i][0], logits[i][0], probs[i][0] if probs is not None else None, at, n, vocab_size)
-                for i, (_, at) in enumerate(ids)]
+        self.copied_bytes += 4 * n * (3 if spec.normaliser else 2) * count
+        ids, logits = _IDS_AT(self._ctx, first), _LOGITS_AT(self._ctx, first)
+        probs = _PROBS_AT(self._ctx, first) if spec.normaliser else None
+        if count == 1 and ids and logits and (probs or not spec.normaliser):  # a draft step's row
+            if n == 1 and probs is None:  # greedy's argmax alone: one number each
+                return [TopLogits((ids[0],), (logits[0],), vocab_size, None, n >= vocab_size)]
+            return [_top(ids, logits, probs, 0, n, vocab_size)]
+        at_ids = self._rows(_IDS_AT, ids, first, count, vocab_size)
+        at_logits = self._rows(_LOGITS_AT, logits, first, count, vocab_size)
+        at_probs = self._rows(_PROBS_AT, probs, first, count, vocab_size) if spec.normaliser else None
+        return [_top(at_ids[i][0], at_logits[i][0], at_probs[i][0] if at_probs is not None else None, at_ids[i][1], n,
+                     vocab_size) for i in range(count)]
 
-    @staticmethod
-    def copied(spec: RowSpec, vocab_size: int) -> int:
-        """Bytes one row of ``spec`` copies out of llama.cpp: k ids and logits, and as many probabilities with the
-        normaliser."""
-        return 4 * min(spec.k, vocab_size) * (3 if spec.normaliser else 2)
-
-    def _rows(self, at: Callable[[int, int], Any], outputs: list[int], vocab_size: int) -> list[tuple[Any, int]]:
-        """Where each output row of one sampling buffer starts, as (pointer, offset): one call when the rows are
-        consecutive outputs (one sequence's batch) exactly one vocabulary row apart, else one call per row.
-        (llama.cpp answers a row without candidates with another allocation: the stride check keeps that out.)"""
-        first = at(self._ctx, outputs[0])
-        span = len(outputs) - 1
-        if first and span == 0:
-            return [(first, 0)]
-        if first and outputs[-1] - outputs[0] == span:
-            last = at(self._ctx, outputs[-1])
-            if last and _address(last) - _address(first) == 4 * vocab_size * span:
-                return [(first, vocab_size * i) for i in range(len(outputs))]
-        found = [(first, 0), *((at(self._ctx, output), 0) for output in outputs[1:])]
+    def _rows(self, at: Callable[[int, int], Any], first: Any, output: int, count: int,
+              vocab_size: int) -> list[tuple[Any, int]]:
+        """Where each of ``count`` consecutive output rows of one sampling buffer starts, as (pointer, offset), from
+        its first row's pointer: one more call when the last row sits exactly ``count - 1`` vocabulary rows after
+        it, else one call per row. (llama.cpp answers a row without candidates with another allocation: the stride
+        check keeps that out.)"""
+        if first and count > 1:
+            last = at(self._ctx, output + count - 1)
+            if last and _address(last) - _address(first) == 4 * vocab_size * (count - 1):
+                return [(first, vocab_size * i) for i in range(count)]
+        found = [(first, 0), *((at(self._ctx, output + i), 0) for i in range(1, count))]
         if not all(pointer for pointer, _ in found):
-            raise RuntimeError(f"llama.cpp handed no sampled rows ({at.__name__}) for output rows {outputs}")
+            raise RuntimeError(f"llama.cpp handed no sampled rows ({at.__name__}) for output rows {output}.."
+                               f"{output + count - 1}")
         return found
 
     def close(self) -> None:

@@ -189,7 +189,7 @@ class LlamaModel(SequenceMemory):
         self._candidates = CandidateSamplers(self._ctx)  # sequences that get candidate rows, not whole ones
         self._outputs_per_seq = min(self.n_batch, MAX_DRAFT + 1)  # the rows a candidate sequence can output at once
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
-        self.copied_bytes = 0  # logits (and hidden) rows copied out of llama.cpp: what a round moves to Python
+        self._copied = 0  # whole logits rows and hidden rows copied out of llama.cpp (copied_bytes adds candidates)
 
     def _new_context(self, n_ctx: int, n_seq: int, n_batch: int, n_threads: int | None, n_rs_seq: int) -> int:
         threads = n_threads or default_threads()
@@ -299,6 +299,12 @@ class LlamaModel(SequenceMemory):
             raise RuntimeError(f"{self.path.name} keeps no hidden rows (load it with mtp=True)")
         return self.hidden.last_decode(seq)
 
+    @property
+    def copied_bytes(self) -> int:
+        """Logits rows (whole or candidates) and hidden rows copied out of llama.cpp so far: what rounds move to
+        Python."""
+        return self._copied + self._candidates.copied_bytes
+
     def sequence(self, seq: int) -> SequenceView:
         """Sequence ``seq`` as a one-sequence backend (prefill, drafters and timings run on it unchanged)."""
         return SequenceView(self, seq)
@@ -373,7 +379,7 @@ class LlamaModel(SequenceMemory):
                 self._read(seq, out, slot, [j + row for row in rows])
             j += len(tokens)
         if hidden is not None:
-            self.copied_bytes += hidden.nbytes
+            self._copied += hidden.nbytes
         if self._snapshots is not None:  # the snapshots now cover this decode's tokens of each sequence
             counts: dict[int, int] = {}
             for seq, tokens, *_ in chunk:
@@ -387,50 +393,59 @@ class LlamaModel(SequenceMemory):
         ``TopLogits`` (``set_candidates``). A round's every decode is this shape: the verify batch ([last, drafts],
         every row) and each draft step (the re-sync and the last token, then one token). ``decode_many`` does the
         same; this path touches less: it runs right after llama.cpp has streamed the weights through every cache,
-        where each distinct step costs trips to memory (docs/method.md)."""
-        if self.hidden is not None or sum(map(len, blocks)) > self.n_batch:  # (the general path: chunks, hidden rows)
-            return rows_through_decode_many(self, seqs, blocks, last=last)
+        where each distinct step costs trips to memory (docs/method.md), so plain index loops, no helpers."""
         cached, specs = self._seqs, self._candidates.specs
         token_at, position_at, wants, seq_at = self._batch_arrays
         j = 0
-        for seq, block in zip(seqs, blocks, strict=True):
-            start = len(cached[seq])
-            if start + len(block) > self.n_ctx:
-                raise ContextFull(start, len(block), self.n_ctx)
-            if not last and len(block) > self._outputs_per_seq and seq in specs:
+        for k in range(len(seqs)):
+            seq, block = seqs[k], blocks[k]
+            start, n = len(cached[seq]), len(block)
+            if start + n > self.n_ctx:
+                raise ContextFull(start, n, self.n_ctx)
+            if j + n > self.n_batch or self.hidden is not None:  # (the general path: chunks, hidden rows)
+                return rows_through_decode_many(self, seqs, blocks, last=last)
+            if not last and n > self._outputs_per_seq and seq in specs:
                 self._candidates.set(seq, None)  # more rows than llama.cpp samples per sequence: whole ones
-            for i, token in enumerate(block):
-                token_at[j], position_at[j], wants[j] = token, start + i, not last or i == len(block) - 1
+            for i in range(n):
+                token_at[j], position_at[j], wants[j] = block[i], start + i, not last or i == n - 1
                 if self.n_seq > 1:
                     seq_at[j][0] = seq
                 j += 1
         self._run(j)
         rows: list[Any] = []
         j = 0
-        for seq, block in zip(seqs, blocks, strict=True):
+        for k in range(len(seqs)):
+            seq, block = seqs[k], blocks[k]
             n = len(block)
             cached[seq].extend(block)
-            outputs = range(j + n - 1, j + n) if last else range(j, j + n)
-            out: Any = [None] * len(outputs) if seq in specs else np.empty((len(outputs), self.n_vocab), np.float32)
-            self._read(seq, out, 0, outputs)
-            rows.append(out)
+            first, count = (j + n - 1, 1) if last else (j, n)
+            spec = specs.get(seq)
+            rows.append(self._candidates.read(first, count, self.n_vocab, spec) if spec is not None
+                        else self._whole(range(first, first + count)))
             if self._snapshots is not None:
                 self._snapshots.decoded(seq, n)
             j += n
         return rows
 
     def _read(self, seq: int, out: Any, start: int, outputs: Sequence[int]) -> None:
-        """Copy the rows of these outputs of the last batch, of sequence ``seq``, into ``out[start:]`` (the next
-        decode overwrites them): its candidates into a list, whole rows into an array."""
-        if isinstance(out, list):  # candidate rows: the few the sampler left
-            spec = self._candidates.specs[seq]
-            out[start:start + len(outputs)] = self._candidates.read_rows(list(outputs), self.n_vocab, spec)
-            self.copied_bytes += self._candidates.copied(spec, self.n_vocab) * len(outputs)
-            return
+        """Copy the rows of these outputs (ascending) of the last batch, of sequence ``seq``, into ``out[start:]``
+        (the next decode overwrites them): its candidates into a list, whole rows into an array."""
+        if not isinstance(out, list):
+            out[start:start + len(outputs)] = self._whole(outputs)
+        elif outputs[-1] - outputs[0] == len(outputs) - 1:  # consecutive (one sequence's block)
+            out[start:start + len(outputs)] = self._candidates.read(outputs[0], len(outputs), self.n_vocab,
+                                                                    self._candidates.specs[seq])
+        else:
+            for i, output in enumerate(outputs):
+                out[start + i] = self._candidates.read(output, 1, self.n_vocab, self._candidates.specs[seq])[0]
+
+    def _whole(self, outputs: Sequence[int]) -> np.ndarray:
+        """These output rows of the last batch, whole, copied (the next decode overwrites them)."""
+        rows = np.empty((len(outputs), self.n_vocab), dtype=np.float32)
         for i, output in enumerate(outputs):
-            row = _llama.llama_get_logits_ith(self._ctx, output)
-            out[start + i] = np.ctypeslib.as_array(row, shape=(self.n_vocab,))
-        self.copied_bytes += 4 * self.n_vocab * len(outputs)
+            rows[i] = np.ctypeslib.as_array(_llama.llama_get_logits_ith(self._ctx, output), shape=(self.n_vocab,))
+        self._copied += rows.nbytes
+        return rows
 
     def _run(self, n_tokens: int) -> None:
         """llama_decode the first ``n_tokens`` of the batch, timed."""
