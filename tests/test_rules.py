@@ -47,6 +47,26 @@ def test_every_rule_is_p_at_its_strict_setting(name, knob, seed):
         assert np.allclose(pi_rej, p) and np.allclose(pi_res, p), (name, x)
 
 
+@pytest.mark.parametrize("name,knob", [(n, k) for n, ks in PAPER_GRID.items() for k in ks])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_pointwise_rule_decides_from_p_x_and_q_x_as_from_the_arrays(name, knob, seed):
+    """A rule that declares its test reads p(x) and q(x) alone (``pointwise``) gives exactly ``decide``'s π_rej(x),
+    acceptance probability and statistic, for drafts inside and outside either support: the support path tests an
+    accepted draft with it and builds arrays only for a rejection."""
+    rule = make(name, knob)
+    p, _ = dist(seed, sparsity=0.4)
+    q, _ = dist(seed + 100, sparsity=0.4)
+    for x in range(len(p)):
+        point = rule.pointwise(float(p[x]), float(q[x]))
+        if point is None:
+            assert name in {"typical", "rfuzzy", "casc-opt", "casc-tok", "scd"}  # they read all of p or q
+            return
+        decision = rule.decide(p, q, x)
+        assert point[0] == float(decision.pi_rej[x])
+        chance = 0.0 if q[x] == 0 else min(1.0, point[0] / float(q[x]))
+        assert (("accept_prob", chance), *point[1]) == decision.statistic and chance == decision.accept_prob
+
+
 def test_every_registered_rule_has_a_strict_setting_or_is_typical():
     assert set(RULES) == set(STRICT_SETTINGS) | {"typical"}
 

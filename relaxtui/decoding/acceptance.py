@@ -33,7 +33,7 @@ from relaxtui.decoding.sampling import (
     scatter,
 )
 from relaxtui.errors import NumericsError
-from relaxtui.rules.base import Rule, require_finite, residual
+from relaxtui.rules.base import Rule, accept_chance, require_finite, require_finite_values, residual
 
 DraftStep = Callable[[], tuple[np.ndarray, np.ndarray | None]]  # one extra drafter step: (q, raw logits) at N+1
 
@@ -49,10 +49,13 @@ class Emitted:
     accept_prob: float | None
     statistic: tuple[tuple[str, float], ...]
     rejected_token: int | None = None
-    p_row: np.ndarray | None = None  # the distributions behind the token, for top-alternative lookups
-    q_row: np.ndarray | None = None
-    row_ids: np.ndarray | None = None  # the token ids p_row/q_row are over (support path); None: the vocabulary
-    q_ids: np.ndarray | None = None  # the ids q_row is over when they are not row_ids (greedy on candidate rows)
+    # the distributions behind the token, for top-alternative lookups (arrays, or plain numbers where an accepted
+    # draft's test read only p(x) and q(x): none were built)
+    p_row: np.ndarray | Sequence[float] | None = None
+    q_row: np.ndarray | Sequence[float] | None = None
+    row_ids: np.ndarray | Sequence[int] | None = None  # the token ids p_row/q_row are over (support path); None: the
+    # vocabulary
+    q_ids: np.ndarray | Sequence[int] | None = None  # the ids q_row is over when they are not row_ids
     logp_x: float | None = None  # log p(x) under the verifier's raw row at temperature 1 (the drift signal)
 
 
@@ -108,9 +111,20 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     emitted: list[Emitted] = []
     for i, x in enumerate(draft_tokens):
         q_full = draft_probs[i] if draft_probs is not None else None
+        tested = False  # the acceptance test drew its uniform already (and rejected)
         if on_support:
-            ids, p, q, x_at = _on_support(candidates(target_logits[i], sampling), _q_on_support(
-                i, draft_q, q_full), x)
+            p_at, q_at = candidates(target_logits[i], sampling), _q_on_support(i, draft_q, q_full)
+            point = _pointwise(rule, p_at, q_at, x, i + 1)
+            if point is not None:  # the test needs p(x) and q(x) alone: arrays only for a rejection's residual
+                tested = True
+                p_x, q_x, pi_x, chance, statistic = point
+                if rng.random() < chance:
+                    emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, p_x, q_x, pi_x, chance, statistic,
+                                           p_row=p_at.as_lists()[1], q_row=q_at.as_lists()[1],
+                                           row_ids=p_at.as_lists()[0], q_ids=q_at.as_lists()[0],
+                                           logp_x=log_prob(target_logits[i], x)))
+                    continue
+            ids, p, q, x_at = _on_support(p_at, q_at, x)
             logits_p = logits_q = None  # a support-path rule reads no logits (it declared so)
         else:
             ids, p, q, x_at = None, process(target_logits[i], sampling), q_full, x
@@ -121,7 +135,7 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
             raise NumericsError(f"rule {rule!r} at draft position {i + 1}: {exc}") from None
         require_finite(decision, p, q, x_at, rule=repr(rule), position=i + 1)
         # uniform in [0, 1) as float64: u < 1 always accepts an accept_prob of 1, never one of 0.
-        if rng.random() < decision.accept_prob:
+        if not tested and rng.random() < decision.accept_prob:
             emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x_at]), float(q[x_at]),
                                    float(decision.pi_rej[x_at]), decision.accept_prob, decision.statistic,
                                    p_row=p, q_row=q, row_ids=ids, logp_x=log_prob(target_logits[i], x)))
@@ -139,10 +153,10 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     policy = bonus if num_draft else "target"
     if on_support and not _relaxed(rule, policy, bonus_draft):  # π_bonus = p: one draw from its candidates
         found = candidates(last, sampling)
-        at = sample(found.probs, rng)
-        y = int(found.ids[at])
-        p_y = float(found.probs[at])
-        emitted.append(Emitted(y, verdict, position, p_y, None, p_y, None, (), p_row=found.probs, row_ids=found.ids,
+        found_ids, found_probs = found.as_lists()
+        at = found.index_at(rng.random())
+        y, p_y = int(found_ids[at]), float(found_probs[at])
+        emitted.append(Emitted(y, verdict, position, p_y, None, p_y, None, (), p_row=found_probs, row_ids=found_ids,
                                logp_x=log_prob(last, y)))
         return emitted
     p = process(last, sampling)
@@ -152,6 +166,27 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     emitted.append(Emitted(y, verdict, position, float(p[y]), q_y, float(pi_bonus[y]), None, (), p_row=p,
                            q_row=q_next, logp_x=log_prob(last, y)))
     return emitted
+
+
+def _pointwise(rule: Rule, p: Candidates, q: Candidates, x: int,
+               position: int) -> tuple[float, float, float, float, tuple[tuple[str, float], ...]] | None:
+    """(p(x), q(x), π_rej(x), acceptance probability, statistic) from p's and q's candidates, for a rule whose
+    test reads p(x) and q(x) alone (``Rule.pointwise``), with ``decide``'s checks; None for any other rule."""
+    p_ids, p_probs = p.as_lists()
+    q_ids, q_probs = q.as_lists()
+    p_x = p_probs[p_ids.index(x)] if x in p_ids else 0.0
+    q_x = q_probs[q_ids.index(x)] if x in q_ids else 0.0
+    found = rule.pointwise(p_x, q_x)
+    if found is None:
+        return None
+    pi_x, statistic = found
+    try:
+        chance = accept_chance(pi_x, q_x, x)
+    except NumericsError as exc:
+        raise NumericsError(f"rule {rule!r} at draft position {position}: {exc}") from None
+    statistic = (("accept_prob", chance), *statistic)
+    require_finite_values(p_x, q_x, pi_x, statistic, x, rule=repr(rule), position=position)
+    return p_x, q_x, pi_x, chance, statistic
 
 
 def _q_on_support(i: int, draft_q: Sequence[Candidates], q_full: np.ndarray | None) -> Candidates:

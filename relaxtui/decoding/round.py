@@ -343,12 +343,15 @@ def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k
     )
 
 
-def _top(row: np.ndarray | None, k: int, ids: np.ndarray | None = None) -> tuple[tuple[int, float], ...]:
+def _top(row: np.ndarray | Sequence[float] | None, k: int,
+         ids: np.ndarray | Sequence[int] | None = None) -> tuple[tuple[int, float], ...]:
     """The k likeliest ids of a distribution (over ``ids`` on the support path, else the vocabulary). Processed
     rows (top-k/top-p) have a few dozen non-zeros: gather them first, which is ten times cheaper than partitioning
     the whole vocabulary (this runs per token)."""
     if row is None or k <= 0:
         return ()
+    row = np.asarray(row)
+    ids = np.asarray(ids) if ids is not None else None
     at = np.flatnonzero(row)
     if len(at) > k:
         at = at[np.argpartition(row[at], -k)[-k:]]

@@ -107,7 +107,11 @@ class Candidates:
 
     def pick(self, uniform: float) -> int:
         """The token the uniform ``uniform`` in [0, 1) picks by the inverse CDF (``draw`` with the uniform drawn)."""
-        return int(self._ids[_inverse_cdf(self.as_lists()[1], uniform)])
+        return int(self._ids[self.index_at(uniform)])
+
+    def index_at(self, uniform: float) -> int:
+        """Where ``pick`` lands among the candidates (``sample(self.probs, rng)`` with ``rng``'s next uniform)."""
+        return _inverse_cdf(self.as_lists()[1], uniform)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,11 @@ def acceptance_probability(pi_rej: np.ndarray, q: np.ndarray, x: int) -> float:
     """min(1, π_rej(x)/q(x)); q(x) = 0 rejects (the draft could not have come from q).
 
     Non-finite inputs raise: Python's ``min(1, nan)`` is 1, so an unguarded NaN would silently accept."""
-    q_x, pi_x = float(q[x]), float(pi_rej[x])
+    return accept_chance(float(pi_rej[x]), float(q[x]), x)
+
+
+def accept_chance(pi_x: float, q_x: float, x: int) -> float:
+    """``acceptance_probability`` from the two numbers it reads (token ``x``'s, named in the error)."""
     if not (math.isfinite(q_x) and math.isfinite(pi_x)):  # (math's: numpy's costs a microsecond a call)
         raise NumericsError(f"non-finite acceptance input for token {x}: pi_rej(x)={pi_x}, q(x)={q_x}")
     if q_x <= 0.0:
@@ -42,8 +46,14 @@ def acceptance_probability(pi_rej: np.ndarray, q: np.ndarray, x: int) -> float:
 def require_finite(decision: Decision, p: np.ndarray, q: np.ndarray, x: int, *, rule: str, position: int) -> None:
     """Every number an acceptance decision rests on must be finite: a NaN compares False everywhere, so it
     would silently turn into "accept" (min(1, NaN) = 1) or "defer" depending on how a test is written."""
-    values = (("p(x)", float(p[x])), ("q(x)", float(q[x])), ("pi_rej(x)", float(decision.pi_rej[x])),
-              *decision.statistic)
+    require_finite_values(float(p[x]), float(q[x]), float(decision.pi_rej[x]), decision.statistic, x, rule=rule,
+                          position=position)
+
+
+def require_finite_values(p_x: float, q_x: float, pi_x: float, statistic: tuple[tuple[str, float], ...], x: int, *,
+                          rule: str, position: int) -> None:
+    """``require_finite`` on the numbers themselves (a pointwise decision has no arrays)."""
+    values = (("p(x)", p_x), ("q(x)", q_x), ("pi_rej(x)", pi_x), *statistic)
     for _, value in values:  # (a plain loop: this runs per draft position, right after the verify batch)
         if not math.isfinite(value):
             shown = ", ".join(f"{name}={value}" for name, value in values if not math.isfinite(value))
@@ -106,6 +116,12 @@ class Rule:
                  logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         """(π_rej, π_res, statistic): each rule computes its targets and the number behind them once."""
         raise NotImplementedError
+
+    def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]] | None:
+        """(π_rej(x), statistic) from p(x) and q(x) alone, for a rule whose acceptance test reads nothing else: the
+        support path then tests a draft without building p and q over their supports (arrays are built only for a
+        rejection's residual). The same numbers ``decide`` gives (tests/test_rules.py). None: the rule reads more."""
+        return None
 
     def targets(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
                 logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -36,3 +36,7 @@ class Cactus(Rule):
         target = p * scale
         target[x] = gamma
         return target, target, {"gamma": gamma}
+
+    def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]]:
+        gamma = boosted_mass(p_x, self.knob)  # type: ignore[arg-type]
+        return gamma, (("gamma", gamma),)

@@ -23,3 +23,6 @@ class Ensemble(Rule):
                  logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         mixture = self.knob * p + (1.0 - self.knob) * q
         return mixture, mixture, {}
+
+    def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]]:
+        return self.knob * p_x + (1.0 - self.knob) * q_x, ()  # type: ignore[operator]

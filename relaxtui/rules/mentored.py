@@ -24,3 +24,6 @@ class Mentored(Rule):
     def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
                  logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         return np.minimum(p / (1.0 - self.knob), 1.0), p, {}
+
+    def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]]:
+        return min(p_x / (1.0 - self.knob), 1.0), ()  # type: ignore[operator]
