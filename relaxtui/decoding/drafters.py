@@ -92,7 +92,12 @@ def draw_uniforms(request: DraftRequest, n: int) -> list[float] | None:
     """The uniforms a draft of up to ``n`` tokens draws with, taken from the request's generator at once, before its
     first decode (the same stream one call per step would take; --draft-p-min may leave the last ones unused).
     None at greedy, which draws nothing."""
-    return None if request.sampling.greedy or n <= 0 else request.rng.random(n).tolist()
+    if request.sampling.greedy or n <= 0:
+        return None
+    drawn = []
+    for _ in range(n):  # (one at a time: the acceptance's draws warmed this path, an array of n would not be)
+        drawn.append(request.rng.random())
+    return drawn
 
 
 def make_draft(tokens: list[int], q: list[Candidates | None], raw: Sequence[Row], vocab: int,

@@ -272,7 +272,8 @@ def commit(slot: Slot, emitted: list[Emitted]) -> list[tuple[int, Emitted, str]]
         if slot.config.stop and _completes_stop(slot, text):
             slot.finish = "stop"
             break
-    slot.context.extend(item.token_id for item in emitted)
+    for item in emitted:  # (every token the round emitted: the verifier's cache holds them, EOG included)
+        slot.context.append(item.token_id)
     if slot.finish is None and len(slot.output) >= slot.config.max_tokens:
         slot.finish = "max_tokens"
     return shown

@@ -68,8 +68,9 @@ if _llama is not None:
     _PROBS_AT = _rows_at("llama_get_sampled_probs_ith", ctypes.c_float)
 
 
-def _address(pointer: object) -> int:
-    return ctypes.cast(pointer, ctypes.c_void_p).value or 0  # type: ignore[arg-type]
+def _address(pointer: Any) -> int:
+    """Where a non-null typed pointer points."""
+    return ctypes.addressof(pointer.contents)
 
 
 def _top(ids: Any, logits: Any, probs: Any, at: int, n: int, vocab_size: int) -> TopLogits:

@@ -147,7 +147,7 @@ class LlamaModel(SequenceMemory):
             raise UserError(f"llama.cpp could not load the model: {self.path}")
         self._vocab = _llama.llama_model_get_vocab(self._model)
         self._eog: dict[int, bool] = {}  # llama.cpp's answers per token id (is_eog, token_piece)
-        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})  # [special] -> token id -> piece
         self.n_mtp_layers = int(_llama.llama_model_n_layer_nextn(self._model))
         from relaxtui.engine.mtp import MTP_ARCHS  # (lazy: mtp imports this module)
         # an MTP architecture without MTP layers of its own still keeps hidden rows, for an MTP-only GGUF's head
@@ -251,9 +251,10 @@ class LlamaModel(SequenceMemory):
 
     def token_piece(self, token: int, *, special: bool = False) -> bytes:
         """The bytes ``token`` renders as (asked per emitted token: remembered, the vocabulary never changes)."""
-        piece = self._pieces.get((token, special))
+        pieces = self._pieces[special]
+        piece = pieces.get(token)
         if piece is None:
-            piece = self._pieces[token, special] = self._render(token, special)
+            piece = pieces[token] = self._render(token, special)
         return piece
 
     def _render(self, token: int, special: bool) -> bytes:
