@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.drafters import DraftRequest, ModelDrafter
+from relaxtui.decoding.drafters import DraftRequest, ModelDrafter, draw_uniforms
 from relaxtui.decoding.events import TokenEvent
 from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.ngram import NgramDrafter
@@ -114,3 +114,15 @@ def test_adaptive_draft_length_grows_and_shrinks():
     fixed = DraftLength(maximum=4)
     fixed.observe(4, 0)
     assert fixed.current == 4
+
+
+def test_a_draft_takes_its_uniforms_up_front_from_the_same_stream():
+    """A sampled draft of up to n tokens takes n uniforms from its generator before its first decode: the ones n
+    draws in a row would give, so the stream (and every later draft's) is what one draw per step gives; greedy
+    takes none, and an empty draft none either."""
+    ahead, one_by_one = np.random.default_rng(7), np.random.default_rng(7)
+    request = DraftRequest(0, [1, 2], 3, SamplingParams(0.8, 5, 1.0), ahead)
+    assert draw_uniforms(request, 3) == [one_by_one.random() for _ in range(3)]
+    assert draw_uniforms(request, 2) == [one_by_one.random() for _ in range(2)]
+    assert draw_uniforms(DraftRequest(0, [1], 3, GREEDY, ahead), 3) is None
+    assert draw_uniforms(request, 0) is None and ahead.random() == one_by_one.random()

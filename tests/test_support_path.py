@@ -43,6 +43,22 @@ def test_candidates_are_the_processed_row_on_its_support(sampling, seed):
     assert found.draw(draws[0]) == sample(dense, draws[1])  # one uniform picks the same id on both
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_candidates_from_plain_numbers_are_the_candidates_from_arrays(seed):
+    """A drafter's step hands q as plain lists (no numpy between two decodes): read as arrays they are the arrays,
+    and every draw picks what the arrays' draw picks from the same uniform."""
+    found = candidates(rows(seed, 1, 3000)[0], SamplingParams(0.9, 40, 0.9))
+    plain = Candidates(found.ids.tolist(), found.probs.tolist())
+    assert plain.ids.dtype == np.int64 and plain.probs.dtype == np.float64
+    assert np.array_equal(plain.ids, found.ids) and np.array_equal(plain.probs, found.probs)
+    assert plain.top_prob() == found.top_prob() == found.probs.max() and len(plain) == len(found)
+    for uniform in np.random.default_rng(seed).random(50):
+        index = int(np.searchsorted(np.cumsum(found.probs), uniform * found.probs.sum(), side="right"))
+        assert Candidates(found.ids.tolist(), found.probs.tolist()).index_at(uniform) == found.index_at(uniform) \
+            == min(index, len(found) - 1)
+        assert plain.pick(uniform) == found.pick(uniform) == int(found.ids[found.index_at(uniform)])
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_the_temperature_one_log_prob_matches_a_float64_reference(seed):
     logits = rows(seed, 1, 151_936, scale=4.0)[0]
