@@ -128,3 +128,27 @@ def test_token_pieces_are_remembered_per_special_flag(test_model_path):
         word = model.tokenize("hello", add_special=False)[0]
         assert model.token_piece(word) == model.token_piece(word, special=True) == b"hello"
         assert model.is_eog(eos) and not model.is_eog(word) and model.is_eog(eos)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.0, 0, 1.0), (0.6, 20, 0.95)])
+def test_smollm2_emits_the_same_tokens_on_candidate_and_whole_rows(test_model_path, temperature, top_k, top_p):
+    """SmolLM2 drafting for itself through the loop, greedy and with the paper's sampling: candidate rows (the lean
+    reads, the draw from pre-drawn uniforms, the pointwise test) give the tokens and verdicts of whole rows."""
+    from relaxtui.decoding.drafters import ModelDrafter
+    from relaxtui.decoding.events import TokenEvent
+    from relaxtui.decoding.loop import GenerationConfig, generate
+    from relaxtui.decoding.sampling import SamplingParams
+    from relaxtui.engine.llama import LlamaModel
+
+    sampling = SamplingParams(temperature, top_k, top_p)
+    with LlamaModel(test_model_path, n_ctx=256, n_threads=1) as verifier, \
+            LlamaModel(test_model_path, n_ctx=256, n_threads=1) as draft_model:
+        prompt = verifier.tokenize("A short poem about the sea:\n")
+        runs = []
+        for dense in (False, True, False):
+            config = GenerationConfig(draft_max=3, max_tokens=32, sampling=sampling, seed=3, dense_rows=dense)
+            events = list(generate(verifier, prompt, config, drafter=ModelDrafter(draft_model, verifier.n_vocab)))
+            runs.append([(e.token_id, e.verdict, e.draft_position) for e in events if isinstance(e, TokenEvent)])
+        assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 32
+        assert any(verdict.value == "accepted" for _, verdict, _ in runs[0])
