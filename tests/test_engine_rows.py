@@ -101,7 +101,7 @@ def test_a_batch_longer_than_n_batch_splits_with_its_rows(test_model_path, spec)
 def test_chunks_split_a_part_with_its_rows():
     """The chunking rule alone: 12 and 5 tokens in batches of 8 — each piece's rows shifted to the piece, its first
     output slot carried on, and nothing but the tokens decides the boundaries."""
-    from relaxtui.engine.llama import _chunks
+    from relaxtui.engine.batching import _chunks
 
     out_a, out_b = object(), object()
     parts = [(0, list(range(100, 112)), 3, [0, 7, 8, 11], 0, out_a), (1, [200, 201, 202, 203, 204], 0, [4], 0, out_b)]

@@ -73,16 +73,17 @@ def _address(pointer: Any) -> int:
     return ctypes.addressof(pointer.contents)
 
 
-def _top(ids: Any, logits: Any, probs: Any, at: int, n: int, vocab_size: int) -> TopLogits:
-    """The ``n`` candidates at offset ``at`` of three sampling buffers (``probs`` None: no normaliser asked)."""
-    if n == 1 and probs is None:  # greedy's argmax alone: one number each
-        return TopLogits((ids[at],), (logits[at],), vocab_size, None, n >= vocab_size)
-    values = logits[at:at + n]
+def _top(ids: tuple[Any, int], logits: tuple[Any, int], probs: tuple[Any, int] | None, n: int,
+         vocab_size: int) -> TopLogits:
+    """A row's ``n`` candidates from the three sampling buffers, each given as (pointer, offset of the row) (``probs``
+    None: no normaliser asked)."""
+    (ids_at, i), (logits_at, j) = ids, logits
+    values = logits_at[j:j + n]
     log_norm = None
     if probs is not None:  # the likeliest candidate's probability: log Σ exp without underflow
         best = max(range(n), key=values.__getitem__)
-        log_norm = values[best] - math.log(probs[at + best])
-    return TopLogits(ids[at:at + n], values, vocab_size, log_norm, n >= vocab_size)
+        log_norm = values[best] - math.log(probs[0][probs[1] + best])
+    return TopLogits(ids_at[i:i + n], values, vocab_size, log_norm, n >= vocab_size)
 
 
 def available() -> bool:
@@ -172,12 +173,12 @@ class CandidateSamplers:
         if count == 1 and ids and logits and (probs or not spec.normaliser):  # a draft step's row
             if n == 1 and probs is None:  # greedy's argmax alone: one number each
                 return [TopLogits((ids[0],), (logits[0],), vocab_size, None, n >= vocab_size)]
-            return [_top(ids, logits, probs, 0, n, vocab_size)]
+            return [_top((ids, 0), (logits, 0), (probs, 0) if probs else None, n, vocab_size)]
         at_ids = self._rows(_IDS_AT, ids, first, count, vocab_size)
         at_logits = self._rows(_LOGITS_AT, logits, first, count, vocab_size)
         at_probs = self._rows(_PROBS_AT, probs, first, count, vocab_size) if spec.normaliser else None
-        return [_top(at_ids[i][0], at_logits[i][0], at_probs[i][0] if at_probs is not None else None, at_ids[i][1], n,
-                     vocab_size) for i in range(count)]
+        return [_top(at_ids[i], at_logits[i], at_probs[i] if at_probs is not None else None, n, vocab_size)
+                for i in range(count)]
 
     def _rows(self, at: Callable[[int, int], Any], first: Any, output: int, count: int,
               vocab_size: int) -> list[tuple[Any, int]]:
