@@ -48,6 +48,9 @@ def test_decode_rows_hands_what_decode_many_hands(test_model_path, spec, last):
             assert len(found) == (1 if last else len(block))
             assert model.copied_bytes - copied == found_bytes > 0 and list(model.cached_tokens) == cached
             model.rollback(start)
+            if not last:  # the loop's verify batch asks decode() for range(len(block)): decode_rows' path
+                _same(model.decode(block, logits_rows=range(len(block))), expected)
+                model.rollback(start)
 
 
 @pytest.mark.model

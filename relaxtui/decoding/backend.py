@@ -99,10 +99,6 @@ class SequenceView:
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
         return self.model.decode_many([SeqDecode(self.seq, tokens, logits_rows)])[0]
 
-    def decode_rows(self, tokens: Sequence[int]) -> np.ndarray:
-        """Every row of ``tokens`` (a verify batch), by the model's leanest path."""
-        return self.model.decode_rows([self.seq], [tokens])[0]
-
     def rollback(self, position: int) -> None:
         self.model.rollback_seq(self.seq, position)
 

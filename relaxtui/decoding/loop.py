@@ -52,7 +52,7 @@ def _rounds(slot: steps.Slot, verifier: Backend, drafter: Drafter | None, config
         steps.draft_all([slot])  # 1. draft
         t1 = clock()
         try:  # 2. verify: one batch [last, x_1..x_N]
-            target_logits = slot.view.decode_rows(slot.verify_tokens)
+            target_logits = verifier.decode(slot.verify_tokens, logits_rows=range(len(slot.draft_tokens) + 1))
         except ContextFull:
             slot.finish = "context"
             break

@@ -275,7 +275,10 @@ class LlamaModel(SequenceMemory, BatchDecoding):
 
     def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
         """Append ``tokens`` at sequence 0's position; return logits for ``logits_rows`` (indices into
-        ``tokens``, negative allowed) as a float32 array [len(logits_rows), n_vocab]. Chunks by n_batch."""
+        ``tokens``, negative allowed) as a float32 array [len(logits_rows), n_vocab]. Chunks by n_batch. Every row
+        asked as ``range(len(tokens))`` (the loop's verify batch) takes ``decode_rows``' leaner path."""
+        if isinstance(logits_rows, range) and len(tokens) > 0 and logits_rows == range(len(tokens)):
+            return self.decode_rows([0], [tokens])[0]  # type: ignore[no-any-return]
         return self.decode_many([SeqDecode(0, tokens, logits_rows)])[0]
 
     def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
