@@ -117,12 +117,29 @@ def test_adaptive_draft_length_grows_and_shrinks():
 
 
 def test_a_draft_takes_its_uniforms_up_front_from_the_same_stream():
-    """A sampled draft of up to n tokens takes n uniforms from its generator before its first decode: the ones n
-    draws in a row would give, so the stream (and every later draft's) is what one draw per step gives; greedy
-    takes none, and an empty draft none either."""
+    """A sampled draft of n tokens takes its n uniforms from its generator before its first decode: the ones n
+    draws in a row give; greedy takes none, an empty draft none, and a draft --draft-p-min may cut none ahead."""
     ahead, one_by_one = np.random.default_rng(7), np.random.default_rng(7)
     request = DraftRequest(0, [1, 2], 3, SamplingParams(0.8, 5, 1.0), ahead)
     assert draw_uniforms(request, 3) == [one_by_one.random() for _ in range(3)]
     assert draw_uniforms(request, 2) == [one_by_one.random() for _ in range(2)]
     assert draw_uniforms(DraftRequest(0, [1], 3, GREEDY, ahead), 3) is None
-    assert draw_uniforms(request, 0) is None and ahead.random() == one_by_one.random()
+    assert draw_uniforms(request, 0) is None and draw_uniforms(request, 3, p_min=0.2) is None
+    assert ahead.random() == one_by_one.random()
+
+
+@pytest.mark.parametrize("p_min", [0.0, 0.45])
+def test_a_sampled_draft_takes_one_uniform_per_drafted_token(p_min):
+    """Whether its uniforms were drawn ahead or step by step (--draft-p-min cutting drafts short), a draft leaves its
+    generator exactly as many draws further as it drafted tokens: a seed's later drafts do not depend on how."""
+    drafter = ModelDrafter(fake(random_table(2, scale=2.5)), VOCAB, p_min=p_min)
+    lengths = []
+    for seed in range(40):
+        rng, mirror = np.random.default_rng(seed), np.random.default_rng(seed)
+        request = DraftRequest(0, [seed % VOCAB, (seed * 7) % VOCAB], 4, SamplingParams(1.0, 0, 1.0), rng)
+        draft = drafter.draft([request])[0]
+        for _ in draft.tokens:
+            mirror.random()
+        assert rng.random() == mirror.random()
+        lengths.append(len(draft.tokens))
+    assert set(lengths) == {4} if p_min == 0 else 0 < lengths.count(4) < len(lengths)  # p_min cut some drafts

@@ -40,7 +40,7 @@ def test_candidates_are_the_processed_row_on_its_support(sampling, seed):
     assert np.count_nonzero(dense) == len(found.ids) and found.probs.sum() == pytest.approx(1.0, abs=1e-12)
     assert bounds_support(sampling, len(logits)) == (len(found.ids) < len(logits))
     draws = [np.random.default_rng(seed) for _ in range(2)]  # the same stream for both
-    assert found.draw(draws[0]) == sample(dense, draws[1])  # one uniform picks the same id on both
+    assert found.pick(draws[0].random()) == sample(dense, draws[1])  # one uniform picks the same id on both
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -53,7 +53,8 @@ def test_candidates_from_plain_numbers_are_the_candidates_from_arrays(seed):
     assert np.array_equal(plain.ids, found.ids) and np.array_equal(plain.probs, found.probs)
     assert plain.top_prob() == found.top_prob() == found.probs.max() and len(plain) == len(found)
     for uniform in np.random.default_rng(seed).random(50):
-        index = int(np.searchsorted(np.cumsum(found.probs), uniform * found.probs.sum(), side="right"))
+        cumulative = np.cumsum(found.probs)  # (sample's arithmetic: running sums, the target on the last one)
+        index = int(np.searchsorted(cumulative, uniform * cumulative[-1], side="right"))
         assert Candidates(found.ids.tolist(), found.probs.tolist()).index_at(uniform) == found.index_at(uniform) \
             == min(index, len(found) - 1)
         assert plain.pick(uniform) == found.pick(uniform) == int(found.ids[found.index_at(uniform)])

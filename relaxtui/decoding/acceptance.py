@@ -119,11 +119,11 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
                 tested = True
                 p_x, q_x, pi_x, chance, statistic = point
                 if rng.random() < chance:
+                    (p_ids, p_row), (q_ids, q_row) = p_at.held(), q_at.held()
                     emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, p_x, q_x, pi_x, chance, statistic,
-                                           p_row=p_at.as_lists()[1], q_row=q_at.as_lists()[1],
-                                           row_ids=p_at.as_lists()[0], q_ids=q_at.as_lists()[0],
+                                           p_row=p_row, q_row=q_row, row_ids=p_ids, q_ids=q_ids,
                                            logp_x=log_prob(target_logits[i], x)))
-                    continue
+                    continue  # (rejected: the arrays below, for the residual; decide gives the same numbers again)
             ids, p, q, x_at = _on_support(p_at, q_at, x)
             logits_p = logits_q = None  # a support-path rule reads no logits (it declared so)
         else:
@@ -153,7 +153,7 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     policy = bonus if num_draft else "target"
     if on_support and not _relaxed(rule, policy, bonus_draft):  # π_bonus = p: one draw from its candidates
         found = candidates(last, sampling)
-        found_ids, found_probs = found.as_lists()
+        found_ids, found_probs = found.held()
         at = found.index_at(rng.random())
         y, p_y = int(found_ids[at]), float(found_probs[at])
         emitted.append(Emitted(y, verdict, position, p_y, None, p_y, None, (), p_row=found_probs, row_ids=found_ids,
@@ -172,10 +172,7 @@ def _pointwise(rule: Rule, p: Candidates, q: Candidates, x: int,
                position: int) -> tuple[float, float, float, float, tuple[tuple[str, float], ...]] | None:
     """(p(x), q(x), π_rej(x), acceptance probability, statistic) from p's and q's candidates, for a rule whose
     test reads p(x) and q(x) alone (``Rule.pointwise``), with ``decide``'s checks; None for any other rule."""
-    p_ids, p_probs = p.as_lists()
-    q_ids, q_probs = q.as_lists()
-    p_x = p_probs[p_ids.index(x)] if x in p_ids else 0.0
-    q_x = q_probs[q_ids.index(x)] if x in q_ids else 0.0
+    p_x, q_x = p.prob_of(x), q.prob_of(x)
     found = rule.pointwise(p_x, q_x)
     if found is None:
         return None
@@ -199,17 +196,14 @@ def _q_on_support(i: int, draft_q: Sequence[Candidates], q_full: np.ndarray | No
 
 def _on_support(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(ids, p, q, index of x) on the union of p's and q's supports (and x: a draft q gives no mass is still
-    judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one.
-    Built in plain Python (a few dozen ids, where each numpy call costs more than the work), arrays at the end."""
-    p_ids, p_probs = p.as_lists()
-    q_ids, q_probs = q.as_lists()
-    p_at, q_at = dict(zip(p_ids, p_probs, strict=True)), dict(zip(q_ids, q_probs, strict=True))
-    ids = sorted({*p_at, *q_at, x})
-    p_on, q_on = [], []
-    for token in ids:
-        p_on.append(p_at.get(token, 0.0))
-        q_on.append(q_at.get(token, 0.0))
-    return np.array(ids, dtype=np.int64), np.array(p_on), np.array(q_on), ids.index(x)
+    judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one."""
+    ids = np.concatenate((p.ids, q.ids, (x,)))
+    ids.sort()  # (array methods, not np.unique: a few dozen ids, where each numpy wrapper costs more than the work)
+    ids = ids[np.concatenate(((True,), ids[1:] != ids[:-1]))]
+    p_on, q_on = np.zeros(len(ids)), np.zeros(len(ids))
+    p_on[ids.searchsorted(p.ids)] = p.probs
+    q_on[ids.searchsorted(q.ids)] = q.probs
+    return ids, p_on, q_on, int(ids.searchsorted(x))
 
 
 def _relaxed(rule: Rule, policy: str, bonus_draft: DraftStep | None) -> bool:

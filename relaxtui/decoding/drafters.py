@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from relaxtui.decoding.backend import Backend, SeqDecode, SequenceView, as_multi, sequence_of, set_candidates
+from relaxtui.decoding.backend import Backend, SequenceView, as_multi, sequence_of, set_candidates
 from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.mtp import MtpDrafter
 from relaxtui.decoding.ngram import NgramDrafter
@@ -69,14 +69,14 @@ def fit_vocab(logits: Row, target_vocab: int) -> Row:
     return np.concatenate([logits, pad], axis=-1)
 
 
-def propose(logits: Row, sampling: SamplingParams, uniform: float | None,
-            p_min: float = 0.0) -> tuple[int, Candidates | None] | None:
+def propose(logits: Row, sampling: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+            uniform: float | None = None) -> tuple[int, Candidates | None] | None:
     """One draft step from the drafter's (fitted) logits: (token, processed q on its support), or None when the
     drafter's top probability is below ``p_min`` (llama.cpp's --draft-p-min: an unsure drafter wastes verify
-    width). The draw takes ``uniform`` (drawn by the caller before the draft's first decode: ``draw_uniforms``) and
-    needs only the support: no pass over a whole row, no numpy on candidate rows; greedy needs no draw at all, and
-    its q (the one-hot of the token) is left None for ``make_draft`` to make once the draft is done. This runs
-    between two decodes, where each first call into numpy costs tens of microseconds."""
+    width). The draw takes ``uniform`` when the caller drew it before the draft's first decode (``draw_uniforms``),
+    else ``rng``'s next, and needs only the support: no pass over a whole row, no numpy on candidate rows; greedy
+    needs no draw at all, and its q (the one-hot of the token) is left None for ``make_draft`` to make once the draft
+    is done. This runs between two decodes, where each first call into numpy costs tens of microseconds."""
     if sampling.greedy:
         token = argmax(logits)
         if p_min > 0 and _greedy_confidence(logits) < p_min:
@@ -85,14 +85,14 @@ def propose(logits: Row, sampling: SamplingParams, uniform: float | None,
     q = candidates(logits, sampling)
     if p_min > 0 and q.top_prob() < p_min:
         return None
-    return q.pick(uniform), q  # type: ignore[arg-type]
+    return q.pick(rng.random() if uniform is None else uniform), q
 
 
-def draw_uniforms(request: DraftRequest, n: int) -> list[float] | None:
-    """The uniforms a draft of up to ``n`` tokens draws with, taken from the request's generator at once, before its
-    first decode (the same stream one call per step would take; --draft-p-min may leave the last ones unused).
-    None at greedy, which draws nothing."""
-    if request.sampling.greedy or n <= 0:
+def draw_uniforms(request: DraftRequest, n: int, p_min: float = 0.0) -> list[float] | None:
+    """The uniforms a sampled draft of ``n`` tokens draws with, taken from the request's generator before its first
+    decode: the values one draw per step takes, in the same order. None — one draw per step — where the draft may
+    end early (--draft-p-min: drawing ahead would take uniforms no step uses) and at greedy, which draws nothing."""
+    if request.sampling.greedy or n <= 0 or p_min > 0:
         return None
     drawn = []
     for _ in range(n):  # (one at a time: the acceptance's draws warmed this path, an array of n would not be)
@@ -201,7 +201,7 @@ class ModelDrafter(BaseDrafter):
             limit = max(0, min(request.n_max, self.model.n_ctx - len(request.context)))
             limits.append(limit)
             made.append(([], [], []))
-            uniforms.append(draw_uniforms(request, limit))
+            uniforms.append(draw_uniforms(request, limit, self.p_min))
             if limit > 0:
                 live.append(i)
                 seqs.append(request.seq)
@@ -215,7 +215,8 @@ class ModelDrafter(BaseDrafter):
                 tokens, probs, raw = made[i]
                 fitted = logits[0] if self._same_vocab else fit_vocab(logits[0], self.target_vocab)
                 drawn = uniforms[i]
-                step = propose(fitted, requests[i].sampling, drawn[len(tokens)] if drawn else None, self.p_min)
+                step = propose(fitted, requests[i].sampling, requests[i].rng, self.p_min,
+                               drawn[len(tokens)] if drawn else None)
                 if step is None:
                     continue
                 tokens.append(step[0])
@@ -247,7 +248,7 @@ class ModelDrafter(BaseDrafter):
         context, length, drafted = self._drafted[seq]
         tokens = self._resync(seq, [*context[:length], *drafted])
         saved = self._saved([seq])
-        logits = fit_vocab(self._model.decode_many([SeqDecode(seq, tokens, [-1])])[0][0], self.target_vocab)
+        logits = fit_vocab(self._model.decode_rows([seq], [tokens], last=True)[0][0], self.target_vocab)
         self._restore(saved)
         return process(logits, sampling), None if isinstance(logits, TopLogits) else logits
 
@@ -255,7 +256,7 @@ class ModelDrafter(BaseDrafter):
         """Decode ``context[-1]`` after ``context[:-1]`` (which the sequence holds): one raw step, for c_rel."""
         tokens = self._resync(seq, context)
         saved = self._saved([seq])
-        self._model.decode_many([SeqDecode(seq, tokens, [0])])
+        self._model.decode_rows([seq], [tokens], last=True)  # (as a draft step decodes)
         self._restore(saved)
 
     def release(self, seq: int) -> None:

@@ -69,7 +69,7 @@ class MtpDrafter(BaseDrafter):
         for r in requests:
             self._forget(r.seq)
         live = [i for i, limit in enumerate(limits) if limit > 0]
-        uniforms = [draw_uniforms(request, limit) for request, limit in zip(requests, limits, strict=True)]
+        uniforms = [draw_uniforms(request, limit, self.p_min) for request, limit in zip(requests, limits, strict=True)]
         rows = self.head.first([(requests[i].seq, requests[i].context[-1]) for i in live]) if live else []
         while live:
             following = []
@@ -77,7 +77,8 @@ class MtpDrafter(BaseDrafter):
                 fitted = self._fit(logits)
                 request = requests[i]
                 drawn = uniforms[i]
-                step = propose(fitted, request.sampling, drawn[len(made[i][0])] if drawn else None, self.p_min)
+                step = propose(fitted, request.sampling, request.rng, self.p_min,
+                               drawn[len(made[i][0])] if drawn else None)
                 if step is None:
                     self._pending[request.seq] = fitted  # q one past the draft: what extend would compute
                     continue

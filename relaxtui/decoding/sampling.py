@@ -100,13 +100,21 @@ class Candidates:
         row[self.ids] = self.probs
         return row
 
-    def draw(self, rng: np.random.Generator) -> int:
-        """The token ``sample(self.dense(V), rng)`` draws, without the whole row: the inverse CDF over the support
-        in id order has the same partial sums (the zeros between add nothing), so one uniform picks the same id."""
-        return self.pick(rng.random())
+    def held(self) -> tuple[np.ndarray | Sequence[int], np.ndarray | Sequence[float]]:
+        """(ids, probs) as held, arrays or plain numbers (for a report that takes either), converting nothing."""
+        return self._ids, self._probs
+
+    def prob_of(self, token: int) -> float:
+        """The probability of ``token`` (0 outside the support), without making arrays of plain numbers."""
+        ids = self._ids
+        if isinstance(ids, np.ndarray):
+            at = int(ids.searchsorted(token))
+            return float(self.probs[at]) if at < len(ids) and ids[at] == token else 0.0
+        return self._probs[ids.index(token)] if token in ids else 0.0
 
     def pick(self, uniform: float) -> int:
-        """The token the uniform ``uniform`` in [0, 1) picks by the inverse CDF (``draw`` with the uniform drawn)."""
+        """The token ``sample(self.dense(V), rng)`` draws when ``uniform`` is ``rng``'s next, without the whole row:
+        the inverse CDF over the support in id order has the same partial sums (the zeros between add nothing)."""
         return int(self._ids[self.index_at(uniform)])
 
     def index_at(self, uniform: float) -> int:
@@ -357,22 +365,24 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     of a few dozen ids is summed in Python floats: the same sequential partial sums as ``np.cumsum``, so the same
     draw, without numpy's cost per call on tiny arrays."""
     if len(probs) <= _FEW and probs.dtype == np.float64:  # (float32 sums would differ from np.cumsum's)
-        return _inverse_cdf(probs.tolist(), rng.random())
+        return _inverse_cdf(probs.tolist(), rng)
     cumulative = np.cumsum(probs)
     total = _checked_total(float(cumulative[-1]))
     index = int(np.searchsorted(cumulative, rng.random() * total, side="right"))
     return min(index, len(probs) - 1)
 
 
-def _inverse_cdf(probs: Sequence[float], uniform: float) -> int:
+def _inverse_cdf(probs: Sequence[float], uniform: float | np.random.Generator) -> int:
     """Where ``uniform`` × the total falls among the running sums of ``probs`` (plain floats): the first index whose
-    running sum exceeds it (``bisect_right``), by one plain loop (a drafter draws between two decodes)."""
+    running sum exceeds it (``bisect_right``), by one plain loop (a drafter draws between two decodes). A generator
+    is drawn from only once the total has passed its checks (a refused row takes no uniform)."""
     cumulative = []
     total = 0.0
     for prob in probs:
         total += prob
         cumulative.append(total)
-    target = uniform * _checked_total(total)
+    _checked_total(total)
+    target = (uniform if isinstance(uniform, float) else uniform.random()) * total
     for index, running in enumerate(cumulative):
         if running > target:
             return index

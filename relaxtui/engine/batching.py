@@ -162,6 +162,8 @@ class BatchDecoding:
         for k in range(len(seqs)):
             seq, block = seqs[k], blocks[k]
             start, n = len(cached[seq]), len(block)
+            if not n:
+                raise ValueError(f"decode_rows: sequence {seq}'s block is empty (each decodes one token or more)")
             if start + n > self.n_ctx:
                 raise ContextFull(start, n, self.n_ctx)
             if j + n > self.n_batch or self.hidden is not None:  # (the general path: chunks, hidden rows)

@@ -167,18 +167,19 @@ class CandidateSamplers:
         read as plain numbers by one slice (greedy's one candidate by one index), no numpy: the rules read greedy's
         argmax or a few dozen candidates, cheaper in Python floats (``TopLogits`` makes arrays only when asked)."""
         n = min(spec.k, vocab_size)
-        self.copied_bytes += 4 * n * (3 if spec.normaliser else 2) * count
         ids, logits = _IDS_AT(self._ctx, first), _LOGITS_AT(self._ctx, first)
         probs = _PROBS_AT(self._ctx, first) if spec.normaliser else None
         if count == 1 and ids and logits and (probs or not spec.normaliser):  # a draft step's row
-            if n == 1 and probs is None:  # greedy's argmax alone: one number each
-                return [TopLogits((ids[0],), (logits[0],), vocab_size, None, n >= vocab_size)]
-            return [_top((ids, 0), (logits, 0), (probs, 0) if probs else None, n, vocab_size)]
-        at_ids = self._rows(_IDS_AT, ids, first, count, vocab_size)
-        at_logits = self._rows(_LOGITS_AT, logits, first, count, vocab_size)
-        at_probs = self._rows(_PROBS_AT, probs, first, count, vocab_size) if spec.normaliser else None
-        return [_top(at_ids[i], at_logits[i], at_probs[i] if at_probs is not None else None, n, vocab_size)
-                for i in range(count)]
+            rows = [TopLogits((ids[0],), (logits[0],), vocab_size, None, n >= vocab_size) if n == 1 and probs is None
+                    else _top((ids, 0), (logits, 0), (probs, 0) if probs else None, n, vocab_size)]
+        else:
+            at_ids = self._rows(_IDS_AT, ids, first, count, vocab_size)
+            at_logits = self._rows(_LOGITS_AT, logits, first, count, vocab_size)
+            at_probs = self._rows(_PROBS_AT, probs, first, count, vocab_size) if spec.normaliser else None
+            rows = [_top(at_ids[i], at_logits[i], at_probs[i] if at_probs is not None else None, n, vocab_size)
+                    for i in range(count)]
+        self.copied_bytes += 4 * n * (3 if spec.normaliser else 2) * count
+        return rows
 
     def _rows(self, at: Callable[[int, int], Any], first: Any, output: int, count: int,
               vocab_size: int) -> list[tuple[Any, int]]:

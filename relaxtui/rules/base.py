@@ -120,7 +120,8 @@ class Rule:
     def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]] | None:
         """(π_rej(x), statistic) from p(x) and q(x) alone, for a rule whose acceptance test reads nothing else: the
         support path then tests a draft without building p and q over their supports (arrays are built only for a
-        rejection's residual). The same numbers ``decide`` gives (tests/test_rules.py). None: the rule reads more."""
+        rejection's residual). The same numbers ``decide`` gives (tests/test_rules.py checks every registered rule:
+        a subclass that changes ``evaluate`` changes this too). None: the rule reads more."""
         return None
 
     def targets(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
