@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from relaxtui.decoding.backend import Backend, SequenceView, as_multi, set_candidates
+from relaxtui.decoding.backend import Backend, SequenceView, as_multi, sequence_of, set_candidates
 from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.mtp import MtpDrafter
 from relaxtui.decoding.ngram import NgramDrafter
@@ -178,11 +178,11 @@ class ModelDrafter(BaseDrafter):
     def _resync(self, seq: int, context: Sequence[int]) -> list[int]:
         """Roll back to the common prefix with ``context``; return the tokens still to decode (at least the
         last one, whose logits give the first draft position)."""
-        model = self._model  # (the multi-sequence API straight: no view made per round)
-        keep = min(common_prefix(model.tokens_of(seq), context), len(context) - 1)
-        if keep and not model.can_rollback(seq, keep):
+        view = self._view(seq)
+        keep = min(common_prefix(view.cached_tokens, context), len(context) - 1)
+        if keep and not sequence_of(view).can_rollback(keep):
             keep = 0  # recurrent memory past its snapshots: decode the whole context again, exactly
-        model.rollback_seq(seq, keep)
+        view.rollback(keep)
         return list(context[keep:])
 
     def _saved(self, seqs: Sequence[int]) -> list[object]:
