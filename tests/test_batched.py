@@ -112,6 +112,21 @@ def backend_item(seq, tokens):
 
 
 # -- drafters without a model, stopping, bad input ------------------------------------------------------------------
+def test_a_sequence_view_seen_as_many_sequences_answers_with_its_own_sequence(markov_pair):
+    """A drafter built on one sequence of a shared context (``model.sequence(k)``) sees it as a one-sequence
+    ``MultiBackend`` (``as_multi``): its rollback checks, checkpoints and restores reach that sequence's own API."""
+    from relaxtui.decoding.backend import SequenceView, as_multi
+
+    model = FakeBackend(markov_logits(markov_pair[0]), VOCAB, n_seq=2)
+    model.decode_many([SeqDecode(1, [1, 2, 3, 4])])
+    multi = as_multi(SequenceView(model, 1))
+    assert multi.n_seq == 1 and list(multi.tokens_of(0)) == [1, 2, 3, 4] and multi.can_rollback(0, 2)
+    saved = multi.checkpoint(0)
+    multi.decode_many([SeqDecode(0, [5])])
+    multi.restore(saved)
+    assert model.caches[1] == [1, 2, 3, 4] and model.caches[0] == []
+
+
 def test_ngram_drafter_runs_per_sequence():
     prompt = [1, 2, 3, 1, 2]
     jobs = [Job(prompt, GenerationConfig(draft_max=2, max_tokens=8, sampling=GREEDY, seed=i), tag=i)

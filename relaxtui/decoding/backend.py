@@ -205,8 +205,8 @@ class OneSequence:
         return getattr(self.model, "rollback_limit", None)
 
     def can_rollback(self, seq: int, position: int) -> bool:
-        can = getattr(self.model, "can_rollback", None)
-        return True if can is None else bool(can(seq, position))
+        can = getattr(self.model, "can_rollback", None)  # (a one-sequence backend's: the position alone)
+        return True if can is None else bool(can(position))
 
     def require_rollback(self, depth: int) -> None:
         require = getattr(self.model, "require_rollback", None)
@@ -214,7 +214,7 @@ class OneSequence:
             require(depth)
 
     def checkpoint(self, seq: int) -> object:
-        return self.model.checkpoint(seq)  # type: ignore[attr-defined]
+        return self.model.checkpoint()  # type: ignore[attr-defined]
 
     def restore(self, checkpoint: object) -> None:
         self.model.restore(checkpoint)  # type: ignore[attr-defined]
