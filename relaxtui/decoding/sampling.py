@@ -50,6 +50,16 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return z
 
 
+def _array(values: np.ndarray | Sequence, dtype: type) -> np.ndarray:
+    """``values`` as an array, made once (the classes below keep plain numbers until asked for arrays)."""
+    return values if isinstance(values, np.ndarray) else np.array(values, dtype=dtype)
+
+
+def _plain(values: np.ndarray | Sequence) -> Sequence:
+    """``values`` as plain Python numbers, converting only an array."""
+    return values.tolist() if isinstance(values, np.ndarray) else values
+
+
 class Candidates:
     """A processed distribution on its support: ascending token ids and their probabilities (float64, sum 1).
 
@@ -67,15 +77,13 @@ class Candidates:
     @property
     def ids(self) -> np.ndarray:
         """int64, ascending, unique."""
-        if not isinstance(self._ids, np.ndarray):
-            self._ids = np.array(self._ids, dtype=np.int64)
+        self._ids = _array(self._ids, np.int64)
         return self._ids
 
     @property
     def probs(self) -> np.ndarray:
         """float64, aligned with ids."""
-        if not isinstance(self._probs, np.ndarray):
-            self._probs = np.array(self._probs, dtype=np.float64)
+        self._probs = _array(self._probs, np.float64)
         return self._probs
 
     def __len__(self) -> int:
@@ -86,9 +94,7 @@ class Candidates:
 
     def as_lists(self) -> tuple[Sequence[int], Sequence[float]]:
         """(ids, probs) as plain Python numbers (read-only), without making arrays of them."""
-        ids, probs = self._ids, self._probs
-        return (ids.tolist() if isinstance(ids, np.ndarray) else ids,
-                probs.tolist() if isinstance(probs, np.ndarray) else probs)
+        return _plain(self._ids), _plain(self._probs)
 
     def top_prob(self) -> float:
         """The largest probability (--draft-p-min's confidence), without making arrays."""
@@ -154,22 +160,18 @@ class TopLogits:
     @property
     def ids(self) -> np.ndarray:
         """int, [k]."""
-        if not isinstance(self._ids, np.ndarray):
-            self._ids = np.array(self._ids, dtype=np.int64)
+        self._ids = _array(self._ids, np.int64)
         return self._ids
 
     @property
     def logits(self) -> np.ndarray:
         """float32, [k]."""
-        if not isinstance(self._logits, np.ndarray):
-            self._logits = np.array(self._logits, dtype=np.float32)
+        self._logits = _array(self._logits, np.float32)
         return self._logits
 
     def as_lists(self) -> tuple[Sequence[int], Sequence[float]]:
         """(ids, logits) as plain Python numbers (read-only), without making arrays of them."""
-        ids, logits = self._ids, self._logits
-        return (ids.tolist() if isinstance(ids, np.ndarray) else ids,
-                logits.tolist() if isinstance(logits, np.ndarray) else logits)
+        return _plain(self._ids), _plain(self._logits)
 
     def __len__(self) -> int:
         """How many candidates the row holds (k)."""
