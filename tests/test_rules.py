@@ -15,6 +15,7 @@ from relaxtui.errors import UserError
 from relaxtui.rules import PAPER_GRID, RULES, make
 from relaxtui.rules.base import residual
 from relaxtui.rules.cactus import boosted_mass
+from relaxtui.rules.strict import Strict
 from tests.conftest import VOCAB, fake, first_token_counts, random_table
 
 STRICT_SETTINGS = {
@@ -65,6 +66,20 @@ def test_a_pointwise_rule_decides_from_p_x_and_q_x_as_from_the_arrays(name, knob
         assert point[0] == float(decision.pi_rej[x])
         chance = 0.0 if q[x] == 0 else min(1.0, point[0] / float(q[x]))
         assert (("accept_prob", chance), *point[1]) == decision.statistic and chance == decision.accept_prob
+
+
+def test_a_rule_refining_evaluate_without_its_own_pointwise_reads_whole_supports():
+    """A subclass that changes the test (its own ``evaluate``) must not inherit the pointwise answer of the rule it
+    refines: that would accept by the old test on the support path while the dense path uses the new one."""
+    class HalfStrict(Strict):
+        def evaluate(self, p, q, x, *, logits_p=None, logits_q=None):
+            return p / 2, p, {}
+
+    class StrictAgain(Strict):
+        pass
+
+    assert HalfStrict().pointwise(0.5, 0.5) is None
+    assert StrictAgain().pointwise(0.5, 0.25) == (0.5, ())
 
 
 def test_every_registered_rule_has_a_strict_setting_or_is_typical():
