@@ -75,10 +75,14 @@ def test_a_rule_refining_evaluate_without_its_own_pointwise_reads_whole_supports
         def evaluate(self, p, q, x, *, logits_p=None, logits_q=None):
             return p / 2, p, {}
 
+    class DecidesItself(Strict):
+        def decide(self, p, q, x, *, logits_p=None, logits_q=None):
+            return super().decide(p / 2, q, x)
+
     class StrictAgain(Strict):
         pass
 
-    assert HalfStrict().pointwise(0.5, 0.5) is None
+    assert HalfStrict().pointwise(0.5, 0.5) is None and DecidesItself().pointwise(0.5, 0.5) is None
     assert StrictAgain().pointwise(0.5, 0.25) == (0.5, ())
 
 

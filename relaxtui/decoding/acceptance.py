@@ -154,7 +154,7 @@ def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_
     if on_support and not _relaxed(rule, policy, bonus_draft):  # π_bonus = p: one draw from its candidates
         found = candidates(last, sampling)
         found_ids, found_probs = found.held()
-        at = found.index_at(rng.random())
+        at = found.index_at(rng)
         y, p_y = int(found_ids[at]), float(found_probs[at])
         emitted.append(Emitted(y, verdict, position, p_y, None, p_y, None, (), p_row=found_probs, row_ids=found_ids,
                                logp_x=log_prob(last, y)))

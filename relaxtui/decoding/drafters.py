@@ -85,7 +85,7 @@ def propose(logits: Row, sampling: SamplingParams, rng: np.random.Generator, p_m
     q = candidates(logits, sampling)
     if p_min > 0 and q.top_prob() < p_min:
         return None
-    return q.pick(rng.random() if uniform is None else uniform), q
+    return q.pick(rng if uniform is None else uniform), q
 
 
 def draw_uniforms(request: DraftRequest, n: int, p_min: float = 0.0) -> list[float] | None:
@@ -148,7 +148,7 @@ class ModelDrafter(BaseDrafter):
         self._recurrent = getattr(self._model, "rollback_limit", None) is not None
         # seq -> (context, its length, draft) of its last draft: extend continues it (the context is the caller's,
         # which only grows: its first tokens stay; no copy of a long chat per round)
-        self._drafted: dict[int, tuple[Sequence[int], int, list[int]]] = {}
+        self._drafted: dict[int, tuple[Sequence[int], int, tuple[int, ...]]] = {}
         path = getattr(model, "path", None)
         self.traits = DrafterTraits("model", has_distribution=True, bonus_steps=1, holds_model=True,
                                     model_path=Path(path) if path is not None else None, n_seq=self._model.n_seq,
@@ -233,7 +233,7 @@ class ModelDrafter(BaseDrafter):
         seconds = time.perf_counter() - started
         drafts = []
         for request, (tokens, probs, raw) in zip(requests, made, strict=True):
-            self._drafted[request.seq] = (request.context, len(request.context), tokens)
+            self._drafted[request.seq] = (request.context, len(request.context), tuple(tokens))
             drafts.append(make_draft(tokens, probs, raw, self.target_vocab, seconds))
         return drafts
 

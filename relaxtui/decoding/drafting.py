@@ -55,7 +55,9 @@ class DrafterTraits:
 @dataclass(frozen=True, slots=True)
 class DraftRequest:
     """One sequence's part of a draft call (llama.cpp's per-sequence request): up to ``n_max`` tokens after
-    ``context`` (the whole sequence so far, its last token not yet verified), drawn from ``rng``."""
+    ``context`` (the whole sequence so far, its last token not yet verified), drawn from ``rng``. The context is
+    read, not copied, and may only grow after the call (``extend`` continues from its first tokens); ``rng`` is this
+    sequence's own (a sampled draft may take its uniforms before its first decode)."""
 
     seq: int
     context: Sequence[int]

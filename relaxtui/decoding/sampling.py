@@ -118,14 +118,16 @@ class Candidates:
             return float(self.probs[at]) if at < len(ids) and ids[at] == token else 0.0
         return self._probs[ids.index(token)] if token in ids else 0.0
 
-    def pick(self, uniform: float) -> int:
-        """The token ``sample(self.dense(V), rng)`` draws when ``uniform`` is ``rng``'s next, without the whole row:
-        the inverse CDF over the support in id order has the same partial sums (the zeros between add nothing)."""
+    def pick(self, uniform: float | np.random.Generator) -> int:
+        """The token ``sample(self.dense(V), rng)`` draws when ``uniform`` is ``rng``'s next (or ``rng`` itself),
+        without the whole row: the inverse CDF over the support in id order has the same partial sums (the zeros
+        between add nothing)."""
         return int(self._ids[self.index_at(uniform)])
 
-    def index_at(self, uniform: float) -> int:
-        """Where ``pick`` lands among the candidates (``sample(self.probs, rng)`` with ``rng``'s next uniform)."""
-        return _inverse_cdf(self.as_lists()[1], uniform)
+    def index_at(self, uniform: float | np.random.Generator) -> int:
+        """Where ``pick`` lands among the candidates (``sample(self.probs, rng)``); a generator is drawn from only
+        once the probabilities have passed their checks. A support of thousands (top-p alone) is summed by numpy."""
+        return _draw(self._probs, uniform)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,11 +368,18 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Inverse-CDF draw from a non-negative (not necessarily normalised) vector. Never argmaxes zeros. A support
     of a few dozen ids is summed in Python floats: the same sequential partial sums as ``np.cumsum``, so the same
     draw, without numpy's cost per call on tiny arrays."""
-    if len(probs) <= _FEW and probs.dtype == np.float64:  # (float32 sums would differ from np.cumsum's)
-        return _inverse_cdf(probs.tolist(), rng)
+    return _draw(probs, rng)
+
+
+def _draw(probs: np.ndarray | Sequence[float], uniform: float | np.random.Generator) -> int:
+    """``sample``'s index, from ``uniform`` (or the generator's next, drawn after the checks): a long array by
+    ``np.cumsum``, anything short in plain floats (the same sequential sums; float32 ones would differ)."""
+    if not isinstance(probs, np.ndarray) or (len(probs) <= _FEW and probs.dtype == np.float64):
+        return _inverse_cdf(_plain(probs), uniform)
     cumulative = np.cumsum(probs)
     total = _checked_total(float(cumulative[-1]))
-    index = int(np.searchsorted(cumulative, rng.random() * total, side="right"))
+    index = int(np.searchsorted(cumulative, (uniform if isinstance(uniform, float) else uniform.random()) * total,
+                                side="right"))
     return min(index, len(probs) - 1)
 
 

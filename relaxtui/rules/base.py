@@ -90,10 +90,12 @@ class Rule:
     knob_help: ClassVar[str] = ""  # range and orientation, shown when a knob is out of range
 
     def __init_subclass__(cls, **kwargs: object) -> None:
-        """A subclass that defines its own ``evaluate`` but no ``pointwise`` of its own reads whole supports: a
-        ``pointwise`` inherited from the rule it refines would answer for a test it no longer makes."""
+        """A subclass that changes its test (its own ``evaluate``, ``targets`` or ``decide``) but has no
+        ``pointwise`` of its own reads whole supports: one inherited from the rule it refines would answer for a
+        test it no longer makes."""
         super().__init_subclass__(**kwargs)
-        if "evaluate" in cls.__dict__ and "pointwise" not in cls.__dict__:
+        changes_test = any(name in cls.__dict__ for name in ("evaluate", "targets", "decide"))
+        if changes_test and "pointwise" not in cls.__dict__:
             cls.pointwise = Rule.pointwise  # type: ignore[method-assign]
 
     def __init__(self, knob: float | None = None, *, temperature: float = 1.0) -> None:
@@ -128,7 +130,7 @@ class Rule:
         """(π_rej(x), statistic) from p(x) and q(x) alone, for a rule whose acceptance test reads nothing else: the
         support path then tests a draft without building p and q over their supports (arrays are built only for a
         rejection's residual). The same numbers ``decide`` gives (tests/test_rules.py checks every registered rule; a
-        subclass with an ``evaluate`` of its own and no ``pointwise`` gets None). None: the rule reads more."""
+        subclass that changes its test and has no ``pointwise`` of its own gets None). None: the rule reads more."""
         return None
 
     def targets(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
