@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.drafters import DraftRequest, ModelDrafter, draw_uniforms
+from relaxtui.decoding.drafters import DraftRequest, ModelDrafter, draw_uniforms, propose
 from relaxtui.decoding.events import TokenEvent
 from relaxtui.decoding.loop import GenerationConfig, generate
 from relaxtui.decoding.ngram import NgramDrafter
@@ -143,3 +143,27 @@ def test_a_sampled_draft_takes_one_uniform_per_drafted_token(p_min):
         assert rng.random() == mirror.random()
         lengths.append(len(draft.tokens))
     assert set(lengths) == {4} if p_min == 0 else 0 < lengths.count(4) < len(lengths)  # p_min cut some drafts
+
+
+@pytest.mark.parametrize("p_min", [0.0, 0.6])
+@pytest.mark.parametrize("sampling", [SamplingParams(1.0, 0, 1.0), SamplingParams(0.7, 4, 0.9)])
+def test_a_batched_draft_draws_each_step_as_one_propose_per_step_would(sampling, p_min):
+    """Two sequences drafted in one call (uniforms ahead, or step by step under --draft-p-min) give the tokens a
+    step-by-step reference gives: each step proposed from that sequence's own row with its own generator's next
+    uniform (a uniform used twice, at the wrong step, or from the other sequence's generator changes them)."""
+    table = random_table(3, scale=2.0)
+    drafter = ModelDrafter(fake(table, n_seq=2), VOCAB, p_min=p_min)
+    lengths = []
+    for seed in range(30):
+        contexts = [[seed % VOCAB, (seed + 1) % VOCAB], [(seed * 5) % VOCAB, (seed * 3) % VOCAB, 2]]
+        requests = [DraftRequest(seq, context, 4, sampling, np.random.default_rng([seed, seq]))
+                    for seq, context in enumerate(contexts)]
+        drafts = drafter.draft(requests)
+        for seq, context in enumerate(contexts):
+            mirror, expected, last = np.random.default_rng([seed, seq]), [], context[-1]
+            while len(expected) < 4 and (step := propose(table[last], sampling, mirror, p_min)) is not None:
+                expected.append(last := step[0])
+            assert drafts[seq].tokens == expected, (seed, seq)
+            assert requests[seq].rng.random() == mirror.random()  # both as far along their stream
+            lengths.append(len(expected))
+    assert len(set(lengths)) > 1 if p_min else set(lengths) == {4}

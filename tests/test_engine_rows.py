@@ -9,6 +9,7 @@ import pytest
 
 from relaxtui.decoding.backend import SeqDecode
 from relaxtui.decoding.sampling import RowSpec, TopLogits
+from tests.tiny_models import tiny_fixture  # noqa: F401  (the `tiny` fixture)
 
 
 def _same(found: object, expected: object) -> None:
@@ -137,7 +138,8 @@ def test_token_pieces_are_remembered_per_special_flag(test_model_path):
 @pytest.mark.parametrize("temperature,top_k,top_p", [(0.0, 0, 1.0), (0.6, 20, 0.95)])
 def test_smollm2_emits_the_same_tokens_on_candidate_and_whole_rows(test_model_path, temperature, top_k, top_p):
     """SmolLM2 drafting for itself through the loop, greedy and with the paper's sampling: candidate rows (the lean
-    reads, the draw from pre-drawn uniforms, the pointwise test) give the tokens and verdicts of whole rows."""
+    reads, the draw from pre-drawn uniforms, the pointwise test) give the tokens and verdicts of whole rows. (A
+    model drafting for itself is accepted nearly always: the next test takes the rejections.)"""
     from relaxtui.decoding.drafters import ModelDrafter
     from relaxtui.decoding.events import TokenEvent
     from relaxtui.decoding.loop import GenerationConfig, generate
@@ -155,3 +157,34 @@ def test_smollm2_emits_the_same_tokens_on_candidate_and_whole_rows(test_model_pa
             runs.append([(e.token_id, e.verdict, e.draft_position) for e in events if isinstance(e, TokenEvent)])
         assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 32
         assert any(verdict.value == "accepted" for _, verdict, _ in runs[0])
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("rule_spec", ["strict", "cactus:1.5", "typical:0.3"])
+def test_a_disagreeing_real_pair_emits_the_same_on_candidate_and_whole_rows(tiny, rule_spec):
+    """Two tiny dense Qwen3s, the drafter the verifier without its last layer (drafts often rejected, often
+    accepted), through the real engine with the paper's sampling: candidate rows give whole rows' tokens and
+    verdicts, rejections and their residual draws included, for a pointwise rule, a relaxed pointwise rule and one
+    that reads whole supports."""
+    from relaxtui.decoding.drafters import ModelDrafter
+    from relaxtui.decoding.events import TokenEvent
+    from relaxtui.decoding.loop import GenerationConfig, generate
+    from relaxtui.decoding.sampling import SamplingParams
+    from relaxtui.engine.llama import LlamaModel
+    from relaxtui.rules import make, split_spec
+    from tests.tiny_models import write_dense
+
+    drafter_path = write_dense(tiny.dense.with_name("tiny-qwen3-dense-1-layer.gguf"), n_layer=1)  # its first layer
+    runs = []
+    with LlamaModel(tiny.dense, n_ctx=256, n_threads=1) as verifier, \
+            LlamaModel(drafter_path, n_ctx=256, n_threads=1) as draft_model:
+        for dense in (False, True):
+            config = GenerationConfig(draft_max=3, max_tokens=40, sampling=SamplingParams(0.6, 20, 0.95), seed=4,
+                                      dense_rows=dense)
+            rule = make(*split_spec(rule_spec, None), temperature=0.6)
+            events = list(generate(verifier, [5, 17, 42, 7, 99, 3], config, rule=rule,
+                                   drafter=ModelDrafter(draft_model, verifier.n_vocab)))
+            runs.append([(e.token_id, e.verdict.value, e.rejected_token) for e in events if isinstance(e, TokenEvent)])
+    assert runs[0] == runs[1] and len(runs[0]) == 40
+    verdicts = {verdict for _, verdict, _ in runs[0]}
+    assert {"accepted", "resampled"} <= verdicts, verdicts
