@@ -174,3 +174,20 @@ def test_stats_block_shows_placeholders_not_zeros():
     block = stats_block(alone)
     assert "acceptance rate    –" in block and "0.000" not in block
     assert "37 tokens, all reused from the cache" in block and "in 0.00 s" not in block
+
+
+def test_event_json_writes_every_field_of_a_token_event():
+    """The JSON line reads fields one by one (not dataclasses.asdict): a field added to TokenEvent or RoundTiming
+    must still reach scripts, with tuples as lists and the verdict by value."""
+    from dataclasses import asdict
+
+    from relaxtui.console import event_json
+    from relaxtui.decoding.events import RoundTiming, TokenEvent, Verdict
+
+    event = TokenEvent(4, 11, "é\n", Verdict.RESAMPLED, 2, 0.3, 0.6, 0.25, 0.41, (("kl", 0.2), ("h", 1.5)), 77,
+                       RoundTiming(3, 3, 1, 1e-3, 0.04, 8e-5, 0.039), ((1, 0.5), (2, 0.25)), ((3, 0.1),), -1.2)
+    line = json.loads(event_json(event))
+    expected = json.loads(json.dumps(asdict(event)))
+    expected.update(verdict="resampled", statistic={"kl": 0.2, "h": 1.5}, type="token")
+    assert line == expected
+    assert line["round"]["llama_s"] == 0.039 and line["top_p"] == [[1, 0.5], [2, 0.25]] and line["text"] == "é\n"
