@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent, Verdict
 
@@ -55,13 +56,13 @@ def stats_block(metrics: Metrics, *, c_rel: float | None = None, peak_rss_mb: fl
     return "\n".join(lines)
 
 
-_TOKEN_FIELDS = tuple(TokenEvent.__dataclass_fields__)
-_ROUND_FIELDS = tuple(RoundTiming.__dataclass_fields__)
+_TOKEN_FIELDS = tuple(field.name for field in fields(TokenEvent))
+_ROUND_FIELDS = tuple(field.name for field in fields(RoundTiming))
 
 
 def event_json(event: TokenEvent | Finished) -> str:
     """One JSON line per event. Fields are read directly, not through ``dataclasses.asdict`` (a deep copy that cost
-    ~45 µs a token: inside generate's clock, where a script piping ``--json`` would see it as lost speed)."""
+    ~40 µs a token, 3× this: inside generate's clock, where a script piping ``--json`` would see it as lost speed)."""
     if isinstance(event, TokenEvent):
         data = {name: getattr(event, name) for name in _TOKEN_FIELDS}
         data["verdict"] = event.verdict.value
