@@ -121,7 +121,7 @@ BAD = [
     (BASIC.replace('fields = ["id", "country", "capital"]\n', "").replace("{country}?", "{continent}?"), None,
      "rows.jsonl:1: missing field(s) continent (used by task.toml)"),
     (BASIC.replace('kind = "exact"', 'kind = "regex"\npattern = "(unclosed"'), None,
-     "[answer]: pattern does not compile: missing ), unterminated subpattern"),
+     "[answer]: pattern does not compile (missing ): (unclosed)"),
     (BASIC.replace('kind = "exact"\ngold = "capital"', 'kind = "code"'), None,
      "[answer]: tests is required for kind 'code': the row field holding its Python tests"),
     (BASIC, [ROWS[0], {"id": "jp", "country": "Japan"}], "rows.jsonl:2: missing field(s) capital"),

@@ -1,7 +1,7 @@
 """Answer kinds of a task file: how a reply is read and judged, as a closed registry (no code in task files).
 
 Each kind is a small reader built from the task file's ``[answer]`` table, with every option checked when the
-file loads: ``exact`` (normalised string match), ``regex`` (a group of a pattern compiled at load), ``number``
+file loads: ``exact`` (normalised string match), ``regex`` (a group of an RE2 pattern compiled at load), ``number``
 (numeric match with a tolerance), ``choice`` (a letter, read as GPQA's reproduction reads it), ``boxed`` (the last
 ``\\boxed{}``), ``math`` (MATH-500's reading and math-verify equivalence, exactly as the built-in task), ``json``
 (``answers_structured``), ``code`` (``answers_structured``: per-row tests in the sandbox) and ``none``
@@ -22,6 +22,7 @@ from relaxtui.evals.tasks.base import Score, describe, strip_think
 from relaxtui.evals.tasks.math500 import math_equal, parse_math
 from relaxtui.evals.tasks.math_parsing import boxed_contents, strip_text_wrappers
 from relaxtui.evals.tomltable import Table
+from relaxtui.patterns import FLAG_PREFIXES, PatternError, compile_pattern
 
 NO_ANSWER = "no answer found"
 
@@ -138,11 +139,9 @@ class Exact(Reader):
         return f"{self.locate.marker} {gold}" if self.locate.marker else str(gold)
 
 
-FLAGS = {"ignorecase": re.IGNORECASE, "multiline": re.MULTILINE, "dotall": re.DOTALL}
-
-
 class Regex(Exact):
-    """The answer is one group of a pattern (compiled when the file loads), then compared as ``exact`` does."""
+    """The answer is one group of a pattern (compiled by RE2 when the file loads: linear-time on any reply, see
+    ``relaxtui.patterns``), then compared as ``exact`` does."""
 
     kind = "regex"
 
@@ -150,16 +149,15 @@ class Regex(Exact):
         super().__init__(table)
         if self.locate.marker is not None or self.locate.last_line:
             raise table.error("marker", "and last_line do not apply to kind 'regex': the pattern says where")
-        flags = 0
-        for name in table.texts("flags"):
-            if name not in FLAGS:
-                raise table.error("flags", f"holds {name!r}; known: {', '.join(FLAGS)}")
-            flags |= FLAGS[name]
+        flags = table.texts("flags")
+        for name in flags:
+            if name not in FLAG_PREFIXES:
+                raise table.error("flags", f"holds {name!r}; known: {', '.join(FLAG_PREFIXES)}")
         source = table.text("pattern", required=True)
         try:
-            self.pattern = re.compile(source, flags)
-        except re.error as exc:
-            raise table.error("pattern", f"does not compile: {exc}") from None
+            self.pattern = compile_pattern(source, flags)
+        except PatternError as exc:
+            raise table.error("pattern", str(exc)) from None
         group = table.raw("group")
         if group is None:
             group = 1 if self.pattern.groups else 0

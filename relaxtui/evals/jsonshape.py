@@ -7,17 +7,19 @@ outside it is an error there, never silently ignored at scoring time.
 
 Supported: ``type`` (a name or a list of names: object, array, string, number, integer, boolean, null),
 ``properties``, ``required``, ``additionalProperties`` (true, false or a schema), ``items``, ``enum``, ``const``,
-``minimum``, ``maximum``, ``minLength``, ``maxLength``, ``pattern`` (Python ``re.search``), ``minItems``,
-``maxItems``, ``anyOf``; ``title``, ``description``, ``$schema`` and ``$id`` are accepted and ignored.
+``minimum``, ``maximum``, ``minLength``, ``maxLength``, ``pattern`` (searched by RE2, linear-time on any reply:
+``relaxtui.patterns``), ``minItems``, ``maxItems``, ``anyOf``; ``title``, ``description``, ``$schema`` and ``$id``
+are accepted and ignored.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import re
 from typing import Any
 
 from relaxtui.errors import UserError
+from relaxtui.patterns import PatternError, compile_pattern
 
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 IGNORED = ("title", "description", "$schema", "$id", "examples", "default")
@@ -75,9 +77,15 @@ def check_schema(schema: Any, where: str, depth: int = 0) -> None:
             if not isinstance(value, str):
                 raise UserError(f"{at}: must be a string")
             try:
-                re.compile(value)
-            except re.error as exc:
-                raise UserError(f"{at}: does not compile ({exc})") from None
+                schema_pattern(value)
+            except PatternError as exc:
+                raise UserError(f"{at}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def schema_pattern(source: str) -> Any:
+    """A schema's ``pattern`` compiled once (checked when the file loads, searched for every reply)."""
+    return compile_pattern(source)
 
 
 def type_of(value: Any) -> str:
@@ -140,7 +148,7 @@ def violation(value: Any, schema: Any, path: str = "$") -> str | None:
             return f"{path}: shorter than {schema['minLength']} characters"
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             return f"{path}: longer than {schema['maxLength']} characters"
-        if "pattern" in schema and not re.search(schema["pattern"], value):
+        if "pattern" in schema and not schema_pattern(schema["pattern"]).search(value):
             return f"{path}: does not match pattern {schema['pattern']!r}"
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
