@@ -218,6 +218,60 @@ def test_an_unreachable_hub_is_one_line_saying_how_to_use_a_local_file(env):
     assert store_state(env) == before
 
 
+HUB_TASK = """name = "hubbed"
+version = 1
+[data]
+hub = "org/name"
+split = "test"
+id = "id"
+[prompt]
+template = "{q}"
+[answer]
+kind = "exact"
+gold = "a"
+"""
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:  # bound, then closed: nobody listens there
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_hub_dataset_with_the_hub_down_is_one_line_naming_the_host_setting_and_offline_mode(env, tmp_path):
+    """datasets retried a refused HEAD five times (1+2+4+8+8 s) and logged each try: 24 s and 12 lines, then ours."""
+    (tmp_path / "task.toml").write_text(HUB_TASK)
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{closed_port()}"
+    result = run(env, "tasks", "check", str(tmp_path / "task.toml"))
+    assert_one_line_error(result, f"the Hugging Face hub is unreachable (HF_ENDPOINT={env['HF_ENDPOINT']})",
+                          "set HF_HUB_OFFLINE=1")
+    assert "Retrying" not in result.stderr
+
+
+def test_a_hub_that_accepts_but_never_answers_gets_one_bounded_probe_not_retries(env, tmp_path):
+    """A silent hub costs one probe (its timeout, a few seconds), never the client's own timeouts times retries."""
+    (tmp_path / "task.toml").write_text(HUB_TASK)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        silent.settimeout(0.2)
+        env["HF_ENDPOINT"] = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        for args in (("tasks", "check", str(tmp_path / "task.toml")), ("models", "pull", "acme/tiny-GGUF")):
+            held = []
+            with subprocess.Popen([sys.executable, "-m", "relaxtui.cli", *args], env=env, cwd=ROOT, text=True,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as child:
+                while child.poll() is None:
+                    try:
+                        held.append(silent.accept()[0])  # accepted and never answered
+                    except TimeoutError:
+                        pass
+                stderr = child.stderr.read()
+            for connection in held:
+                connection.close()
+            assert child.returncode == 2 and stderr.count("\n") == 1 and "unreachable" in stderr, stderr
+            assert len(held) == 1, f"{args[0]}: {len(held)} connections, one probe expected"
+
+
 @pytest.mark.model
 def test_hf_names_pull_smollm2_on_first_use_then_resolve_offline(env, hub, test_model_path):
     hub.add(SMOLLM2_REPO, smollm2_repo(test_model_path))
@@ -302,6 +356,9 @@ def test_gpqa_loads_through_datasets_from_the_hub_then_from_its_cache(env, hub):
     offline = run_python({**env, "HF_HUB_OFFLINE": "1"}, LOAD.format(task="gpqa"))
     assert offline.returncode == 0, offline.stderr
     assert json.loads(offline.stdout) == rows
+    down = run_python(env, LOAD.format(task="gpqa"))  # no HF_HUB_OFFLINE: the probe fails, the cache answers
+    assert down.returncode == 0 and json.loads(down.stdout) == rows, down.stderr
+    assert "Retrying" not in down.stderr
 
 
 def lcb_row(number: int) -> bytes:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from relaxtui.models.hub_answers import (
     raised_by_hub_client,
     show,
 )
+from relaxtui.models.hub_reach import http_errors, quiet_hub_logging, reachable, transport_errors
 from relaxtui.models.hub_records import hub_source as hub_source  # re-exported: store.py imports it from here
 from relaxtui.models.hub_records import read_records, records_dir
 from relaxtui.models.store import models_dir
@@ -100,19 +100,10 @@ def hub_token() -> str | None:
     return get_token()
 
 
-def _http_errors(*names: str) -> tuple[type[BaseException], ...]:
-    """The HTTP library's exception classes of these names (``httpx2`` in huggingface_hub 2.x, ``httpx`` before)."""
-    errors: list[type[BaseException]] = []
-    for module in ("httpx2", "httpx"):
-        for name in names:
-            with contextlib.suppress(ImportError, AttributeError):
-                errors.append(getattr(importlib.import_module(module), name))
-    return tuple(errors)
-
-
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Connection errors: the hub cannot be reached."""
-    return ConnectionError, TimeoutError, *_http_errors("TransportError")
+def unreachable(hint: str = "") -> str:
+    """The one line for a hub that cannot be reached: the host setting it tried, and how to stop trying."""
+    return (f"the Hugging Face hub is unreachable (HF_ENDPOINT={hub_endpoint()}); {hint or 'check the network'}; "
+            "set HF_HUB_OFFLINE=1 to use only what is cached")
 
 
 # what huggingface_hub and its HTTP library raise on an answer they cannot parse (not always their own classes)
@@ -143,7 +134,7 @@ def hub_errors(repo: str, *, token: str | None, repo_type: str = "model", revisi
         raise UserError(f"{repo} has no revision {revision or 'main'!r}") from None
     except hf.RemoteEntryNotFoundError as exc:
         raise UserError(f"{repo} has no such file: {show(exc.response.url.path.rsplit('/', 1)[-1])}") from None
-    except (hf.LocalEntryNotFoundError, *_transport_errors()) as exc:
+    except (hf.LocalEntryNotFoundError, *transport_errors()) as exc:
         cause = exc.__cause__ or exc.__context__  # the library says "not in the cache" for a HEAD that failed
         if isinstance(cause, hf.FileMetadataError):  # answered, but not like a hub
             raise UserError(f"the answer for a file of {repo} lacks the headers a Hugging Face hub sends "
@@ -151,14 +142,13 @@ def hub_errors(repo: str, *, token: str | None, repo_type: str = "model", revisi
         if isinstance(cause, hf.HfHubHTTPError) and cause.response is not None:
             raise UserError(f"the Hugging Face hub answered HTTP {cause.response.status_code} for "
                             f"{show(cause.response.url.path, 200)}") from None
-        raise UserError(f"the Hugging Face hub is unreachable ({hub_endpoint()}); "
-                        f"{offline_hint or 'check the network or HF_ENDPOINT'}") from None
+        raise UserError(unreachable(offline_hint)) from None
     except hf.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         raise UserError(f"the Hugging Face hub answered HTTP {status} for {repo}") from None
     except OSError as exc:  # the library's size consistency check, a full disk, ...
         raise UserError(f"download from {repo} failed: {first_line(exc)}") from None
-    except _http_errors("DecodingError", "TooManyRedirects", "InvalidURL") as exc:
+    except http_errors("DecodingError", "TooManyRedirects", "InvalidURL") as exc:
         raise UserError(f"the Hugging Face hub's answer for {repo} could not be read: {first_line(exc)}") from None
     except _PARSE_ERRORS as exc:
         if not raised_by_hub_client(exc):
@@ -300,11 +290,14 @@ OFFLINE_HINT = ("download the GGUF another way and pass its path (--verifier /pa
 def pull(ref: HubRef, *, say: Callable[[str], None] = print) -> Pulled:
     """Resolve ``ref`` on the hub, download through the library's cache, verify, and link into ggml_models/."""
     endpoint, token = hub_endpoint(), hub_token()  # the endpoint first: see hub_token
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download, is_offline_mode
 
     earlier = find_pulled(ref)
     offline = OFFLINE_HINT + (f" (the earlier pull is still linked as {earlier.name})" if earlier else "")
     guard = functools.partial(hub_errors, ref.repo, token=token, revision=ref.revision, offline_hint=offline)
+    quiet_hub_logging()
+    if not is_offline_mode() and not reachable(endpoint):  # bounded: a hub that never answers costs seconds
+        raise UserError(unreachable(offline))
     with guard():
         listing = fetch_listing(ref.repo, ref.revision, token, endpoint)
     metas = listing.files

@@ -82,11 +82,13 @@ def name_problem(name: str) -> str | None:
 def fetch_listing(repo: str, revision: str | None, token: str | None, endpoint: str) -> Listing:
     """GET ``/api/models/REPO[/revision/REV]?blobs=true`` through huggingface_hub's session (its auth, headers and
     HTTP errors), at most :data:`MAX_LISTING` bytes, then :func:`parse_listing`."""
+    from huggingface_hub import constants
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     url = f"{endpoint}/api/models/{repo}" + (f"/revision/{quote(revision, safe='')}" if revision else "")
     body = bytearray()
-    with get_session().stream("GET", url, headers=build_hf_headers(token=token), params={"blobs": True}) as response:
+    with get_session().stream("GET", url, headers=build_hf_headers(token=token), params={"blobs": True},
+                              timeout=constants.HF_HUB_ETAG_TIMEOUT) as response:  # the library's metadata bound
         hf_raise_for_status(response)
         for block in response.iter_bytes():
             body += block

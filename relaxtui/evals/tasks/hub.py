@@ -14,8 +14,9 @@ from typing import Any
 
 from relaxtui.errors import UserError
 from relaxtui.evals.tasks.base import Located, numbered, read_rows
-from relaxtui.models.hub import hub_endpoint, hub_errors
+from relaxtui.models.hub import hub_endpoint, hub_errors, unreachable
 from relaxtui.models.hub import hub_token as hub_token
+from relaxtui.models.hub_reach import offline_unless_reachable
 
 OFFLINE_HINT = "{repo} is not in the local cache: pass --data FILE with the rows instead (see evals/DATA_CARD.md)"
 
@@ -57,26 +58,32 @@ def load_hub_rows(repo: str, *, config: str | None = None, split: str = "train",
     if gated and not token:
         raise UserError(access)
     kwargs.pop("trust_remote_code", None)  # datasets >= 4 runs no loading scripts; see SCRIPT_DATASETS
+    endpoint = hub_endpoint()
     guard = hub_errors(repo, token=token, repo_type="dataset", revision=revision,
                        offline_hint=OFFLINE_HINT.format(repo=repo), access_hint=access if how_to_get_access else "")
     if repo in SCRIPT_DATASETS:
         from huggingface_hub import hf_hub_download
 
         files = _script_dataset_files(repo, config, kwargs)
-        with guard:
+        with offline_unless_reachable(endpoint), guard:
             paths = [Path(hf_hub_download(repo, name, repo_type="dataset", revision=revision, token=token,
-                                          endpoint=hub_endpoint())) for name in files]
+                                          endpoint=endpoint)) for name in files]
         return [row for path in paths for row in read_rows(path)]
     import datasets
 
-    try:
-        with guard:
-            dataset = datasets.load_dataset(repo, config, split=split, token=token, revision=revision, **kwargs)
-    except UserError as exc:
-        if gated and "gated" in str(exc) and how_to_get_access:
-            raise UserError(f"no access to gated dataset {repo}: {how_to_get_access}") from None
-        raise
-    except Exception as exc:  # datasets raises many types; the message is what helps
-        text = str(exc)
-        raise UserError(f"could not load {repo} from the hub: {text.splitlines()[0] if text else exc!r}") from None
+    with offline_unless_reachable(endpoint) as offline:
+        try:
+            with guard:
+                dataset = datasets.load_dataset(repo, config, split=split, token=token, revision=revision, **kwargs)
+        except UserError as exc:
+            if offline:
+                raise UserError(unreachable(OFFLINE_HINT.format(repo=repo))) from None
+            if gated and "gated" in str(exc) and how_to_get_access:
+                raise UserError(f"no access to gated dataset {repo}: {how_to_get_access}") from None
+            raise
+        except Exception as exc:  # datasets raises many types; the message is what helps
+            if offline:  # in offline mode, whatever it raises means "not cached"
+                raise UserError(unreachable(OFFLINE_HINT.format(repo=repo))) from None
+            text = str(exc)
+            raise UserError(f"could not load {repo} from the hub: {text.splitlines()[0] if text else exc!r}") from None
     return numbered((dict(row) for row in dataset), repo)
