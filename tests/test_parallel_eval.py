@@ -9,7 +9,7 @@ import pytest
 
 from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import ModelDrafter
-from relaxtui.engine.capacity import capacity, check_parallel
+from relaxtui.engine.capacity import capacity, check_parallel, kv_bytes_per_token
 from relaxtui.errors import UserError
 from relaxtui.evals.executors import ParallelExecutor
 from relaxtui.evals.identity import RunIdentity
@@ -18,6 +18,7 @@ from relaxtui.evals.runner import run_eval
 from relaxtui.evals.tasks import get
 from tests.test_cli import fails_with
 from tests.test_eval_runner import DIGITS, PLAN
+from tests.tiny_models import write_dense
 
 SAME = ("task", "task_version", "problem_id", "config_id", "config", "seed", "repeat", "output", "parsed", "correct",
         "output_tokens", "prompt_tokens", "truncated", "finish_reason", "degenerate", "rounds", "drafted",
@@ -76,6 +77,27 @@ def test_capacity_names_the_largest_k_that_fits(test_model_path):
     with pytest.raises(UserError, match=f"holds at most {room.max_sequences} sequences of 1024 tokens"):
         check_parallel(room.max_sequences + 1, [test_model_path], 1024,
                        available=test_model_path.stat().st_size + 2**30)
+
+
+def test_a_context_one_sequence_cannot_hold_is_refused_at_k_1_too(tmp_path, capsys):
+    """K = 1 was never checked: a model trained for 2**30 tokens with --ctx-size 2**30 went to llama.cpp, which
+    tried to allocate 128 GiB of KV cache. The engine caps a context at the trained length, and so does the check."""
+    model = write_dense(tmp_path / "long.gguf", n_ctx_train=2**30)
+    short = write_dense(tmp_path / "short.gguf")  # trained for 4096 tokens: any --ctx-size costs 4096 at most
+    per_token = kv_bytes_per_token(model)
+    assert per_token == 2 * 1 * (16 + 16) * 2  # 2 layers x 1 KV head x (K + V head dims) x f16
+    spare = model.stat().st_size + 2**30
+    fits = int(0.8 * 2**30) // per_token
+    check_parallel(1, [model], fits, available=spare)
+    with pytest.raises(UserError, match=rf"--ctx-size {2**30}: one sequence needs 131072 MiB .* at most --ctx-size "
+                                        rf"{fits} fits"):
+        check_parallel(1, [model], 2**30, available=spare)
+    with pytest.raises(UserError, match=f"at most --ctx-size {fits} fits"):
+        check_parallel(1, [model], fits + 1, available=spare)
+    check_parallel(1, [short], 2**30, available=spare)
+    assert capacity([short], 2**30, available=spare).bytes_per_sequence == 4096 * per_token
+    fails_with(capsys, ["generate", "hi", "-m", str(model), "-md", "none", "--ctx-size", str(2**30)],
+               f"--ctx-size {2**30}: one sequence needs")
 
 
 @pytest.mark.parametrize("command", [["eval", "aime", "--limit", "1"], ["tune", "aime", "--limit", "1"]])

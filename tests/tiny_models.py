@@ -15,6 +15,7 @@ which is full attention; the MTP block is the last block, counted by ``block_cou
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -244,10 +245,10 @@ def write_qwen35(path: str | Path, *, mtp_layers: int = 1, seed: int = 0, trunk:
     return path
 
 
-def write_dense(path: str | Path, *, seed: int = 1, n_layer: int = 2) -> Path:
+def write_dense(path: str | Path, *, seed: int = 1, n_layer: int = 2, n_ctx_train: int = DENSE.n_ctx_train) -> Path:
     """A dense qwen3 with the qwen35 model's vocabulary and tokenizer: a drafter for it, or a dense verifier."""
     path = Path(path)
-    dims = DENSE
+    dims = dataclasses.replace(DENSE, n_ctx_train=n_ctx_train)
     vocab = vocabulary()
     w = _writer(path, "qwen3", dims, n_layer, {}, None)
     rnd = _Weights(seed)

@@ -144,18 +144,35 @@ def capacity(paths: Sequence[Path], n_ctx: int, *, available: int | None = None,
     available = available_memory() if available is None else available
     weights = sum(os.path.getsize(p) for p in paths)
     budget = None if available is None else int(MEMORY_SHARE * max(0, available - weights))
-    per_sequence = sum(n_ctx * kv_bytes_per_token(p) + recurrent_bytes_per_sequence(p, rollback_depth) for p in paths)
+    per_sequence = sum(cached_tokens(p, n_ctx) * kv_bytes_per_token(p) + recurrent_bytes_per_sequence(p, rollback_depth)
+                       for p in paths)
     return Capacity(n_ctx, per_sequence, budget)
+
+
+def cached_tokens(path: Path, n_ctx: int) -> int:
+    """The tokens of KV cache a sequence of ``n_ctx`` gets in this model: the engine caps a context at the model's
+    trained length (``ARCH.context_length``), so a huge --ctx-size costs what that length costs."""
+    meta = read_header(path).metadata
+    trained = meta.get(f"{meta.get('general.architecture', '')}.context_length")
+    if isinstance(trained, int) and not isinstance(trained, bool) and trained > 0:
+        return min(n_ctx, max(16, trained))
+    return n_ctx
 
 
 def check_parallel(k: int, paths: Sequence[Path], n_ctx: int, *, available: int | None = None,
                    rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> None:
-    """Refuse a K the context cannot hold, naming the largest one that fits."""
+    """Refuse a K the context cannot hold, naming the largest one that fits; and a context that not even one
+    sequence fits in, at any K, naming the largest --ctx-size that does."""
     if k < 1:
         raise UserError(f"--parallel must be >= 1 (got {k})")
-    if k == 1:
-        return
     room = capacity(paths, n_ctx, available=available, rollback_depth=rollback_depth)
+    if room.max_sequences == 0 and room.budget is not None:  # K = 1 too: llama.cpp would try, then swap or abort
+        per_token = sum(kv_bytes_per_token(p) for p in paths)
+        cached = sum(cached_tokens(p, n_ctx) * kv_bytes_per_token(p) for p in paths)
+        fits = max(0, room.budget - (room.bytes_per_sequence - cached)) // max(1, per_token)
+        advice = f"at most --ctx-size {fits} fits" if fits >= 1 else "not even --ctx-size 1 fits: free memory"
+        raise UserError(f"--ctx-size {n_ctx}: one sequence needs {room.bytes_per_sequence / 2**20:.0f} MiB of KV "
+                        f"cache and state, {room.budget / 2**20:.0f} MiB are to spare here; {advice}")
     if k > room.max_sequences:
         memory = (f"{room.bytes_per_sequence / 2**20:.0f} MiB of KV cache and state per sequence, "
                   f"{room.budget / 2**20:.0f} MiB to spare" if room.budget is not None else "llama.cpp's limit")
