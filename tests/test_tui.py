@@ -667,7 +667,7 @@ def _bad_files(tmp_path):
         (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
         yield path, message
     yield tmp_path / "absent.json", "No such file"
-    yield tmp_path, "Is a directory"
+    yield tmp_path, "is not a regular file (a directory)"
 
 
 def test_a_bad_resume_file_is_one_line_and_exit_2_before_the_screen(tmp_path, capsys, monkeypatch):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from relaxtui.commands.common import finite_float, int_option, model_options, utf8_path, utf8_text
-from relaxtui.decoding.loop import MAX_DRAFT
+from relaxtui import checks
+from relaxtui.commands.common import finite_float, model_options, utf8_path, utf8_text
 from relaxtui.rules import split_spec
 from relaxtui.session import ModelOptions
 from relaxtui.tui.engine import NGRAM, NO_DRAFTER, ChatSettings
@@ -15,9 +15,9 @@ from relaxtui.tui.engine import NGRAM, NO_DRAFTER, ChatSettings
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (see `relaxtui rules list`)")
     parser.add_argument("--alpha", type=finite_float, default=None, help="the rule's knob")
-    parser.add_argument("--draft-max", "--spec-draft-n-max", type=int_option("--draft-max", 0, MAX_DRAFT), default=3,
+    parser.add_argument("--draft-max", "--spec-draft-n-max", type=checks.DRAFT_MAX.option("--draft-max"), default=3,
                         dest="draft_max", help="draft length N (0 = verifier alone)")
-    parser.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=512,
+    parser.add_argument("--max-tokens", "-n", type=checks.MAX_TOKENS.option("--max-tokens"), default=512,
                         help="longest reply, in tokens")
     parser.add_argument("--thinking", choices=["on", "off"], default="off",
                         help="reasoning mode, for chat templates that have one (Qwen3)")

@@ -7,91 +7,52 @@ traceback (numpy refusing a negative seed, ``str.encode`` in the tokenizer, ``pr
 NaN in a result. Every value is checked here, at parse time, so bad input is one line and exit code 2 before
 any model loads. A type raises ``argparse.ArgumentTypeError``; a message that starts with the option's name is
 shown as is (``relaxtui.cli._Parser`` drops argparse's "argument --x:" prefix), the others after that prefix.
+A setting that a file carries too (a saved chat's seed, a manifest's temperature) takes its type from its one
+check in ``relaxtui.checks`` (``checks.SEED.option("--seed")``), which the file's reader calls as well.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 
+from relaxtui import checks
+from relaxtui.checks import INT32_MAX, utf8_problem
+from relaxtui.checks import quoted as _quoted
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.decoding.loop import BONUS_POLICIES, MAX_DRAFT, GenerationConfig
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.session import DRAFT_KINDS, ModelOptions
 
-INT32_MAX = 2**31 - 1  # the C int llama.cpp takes for sizes, counts and threads
-SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63: numpy's SeedSequence refuses negatives; int64 everywhere else
-_SHOWN = 40  # characters of a bad value quoted in a message
+_FINITE = checks.Number().option()
 
 
-def _quoted(text: str) -> str:
-    """A bad value as the message shows it: ASCII-escaped (lone surrogates too) and cut short."""
-    return ascii(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
-
-
-def _number(text: str, name: str | None = None) -> float:
-    subject = f"{name} must be" if name else "must be"
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{subject} a number (got {_quoted(text)})") from None
-    if not math.isfinite(value):  # float() reads "nan", "inf", "-Infinity" and overflows "1e999" to inf
-        raise argparse.ArgumentTypeError(f"{subject} a finite number (got {_quoted(text)})")
-    return value
-
-
-def _whole_number(text: str, name: str | None = None) -> int:
+def _whole_number(text: str) -> int:
     try:
         return int(text)
     except ValueError:  # also Python's limit on int-string conversion (a 5000-digit argument)
-        subject = f"{name} must be" if name else "must be"
-        raise argparse.ArgumentTypeError(f"{subject} a whole number (got {_quoted(text)})") from None
+        raise argparse.ArgumentTypeError(f"must be a whole number (got {_quoted(text)})") from None
 
 
 def finite_float(text: str) -> float:
     """Any finite float: refuses ``nan``, ``inf``, ``-inf`` and values that overflow to infinity (``1e999``)."""
-    return _number(text)
+    return _FINITE(text)
 
 
 def float_option(name: str, *, low: float | None = None, high: float | None = None, low_open: bool = False,
                  high_open: bool = False) -> Callable[[str], float]:
     """A finite float in an interval (``low``/``high`` None = unbounded on that side; ``*_open`` excludes the
-    bound); the message names the option: ``--top-p must be in (0, 1] (got 2)``."""
-    def parse(text: str) -> float:
-        value = _number(text, name)
-        below = low is not None and (value <= low if low_open else value < low)
-        above = high is not None and (value >= high if high_open else value > high)
-        if below or above:
-            if high is None:
-                span = f"{'>' if low_open else '>='} {low:g}"
-            elif low is None:
-                span = f"{'<' if high_open else '<='} {high:g}"
-            else:
-                span = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-            raise argparse.ArgumentTypeError(f"{name} must be {span} (got {text.strip()[:_SHOWN]})")
-        return value
-
-    parse.__name__ = "number"
-    return parse
+    bound); the message names the option: ``--top-p must be in (0, 1] (got 2)``. A setting a file carries too
+    uses its object in ``relaxtui.checks`` instead (``checks.TOP_P.option("--top-p")``)."""
+    return checks.Number(low=low, high=high, low_open=low_open, high_open=high_open).option(name)
 
 
 def int_option(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
     """A whole number in ``low..high`` (``high`` None: up to INT32_MAX, llama.cpp's C int); the message names the
     option: ``--parallel must be >= 1 (got 0)``, ``--draft-max must be in 1..16 (got 17)``."""
-    cap = INT32_MAX if high is None else high
-
-    def parse(text: str) -> int:
-        value = _whole_number(text, name)
-        if not low <= value <= cap:
-            span = f"in {low}..{high}" if high is not None else (f">= {low}" if value < low else f"<= {cap}")
-            raise argparse.ArgumentTypeError(f"{name} must be {span} (got {value})")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
+    return checks.Whole(low, high).option(name)
 
 
 def non_negative_int(text: str) -> int:
@@ -110,27 +71,15 @@ def positive_int(text: str) -> int:
     return value
 
 
-def seed(text: str) -> int:
-    """A random seed: a whole number with 0 <= seed < 2**63. Negative seeds are refused here because numpy's
-    SeedSequence raises on them mid-run (llama.cpp's ``-1`` = random has no place in reproducible runs)."""
-    value = _whole_number(text, "--seed")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--seed must be >= 0 (got {value}): runs are reproducible, there is no "
-                                         "llama.cpp-style random seed -1")
-    if value >= SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"--seed must be < 2**63 (got {value})")
-    return value
+seed = checks.SEED.option("--seed")
+"""A random seed, 0 <= seed < 2**63 (``checks.SEED``, which a saved chat's seed goes through too)."""
 
 
 def utf8_text(text: str) -> str:
     """Text that is valid UTF-8. Python decodes argv bytes that are not UTF-8 into lone surrogates
     (surrogateescape), which the tokenizer, llama.cpp's path argument and a UTF-8 stdout cannot encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = text[exc.start]
-        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
-        raise argparse.ArgumentTypeError(f"is not valid UTF-8 text ({byte} at character {exc.start})") from None
+    if problem := utf8_problem(text):
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -159,31 +108,39 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--drafter", "-md", type=utf8_text, default=DEFAULT_DRAFTER,
                        help="GGUF path or name in ggml_models/ ('none' = verifier alone)")
     group.add_argument("--draft-kind", type=utf8_text, default="model", help=f"drafter kind: {', '.join(DRAFT_KINDS)}")
-    group.add_argument("--ngram-min", type=int_option("--ngram-min", 1), default=1,
+    group.add_argument("--ngram-min", type=checks.NGRAM.option("--ngram-min"), default=1,
                        help="smallest n-gram the ngram drafter matches")
-    group.add_argument("--ngram-max", type=int_option("--ngram-max", 1), default=3,
+    group.add_argument("--ngram-max", type=checks.NGRAM.option("--ngram-max"), default=3,
                        help="largest n-gram the ngram drafter matches")
-    group.add_argument("--ctx-size", "-c", type=int_option("--ctx-size", 1), default=4096,
+    group.add_argument("--ctx-size", "-c", type=checks.CTX_SIZE.option("--ctx-size"), default=4096,
                        help="context window, in tokens (default 4096)")
-    group.add_argument("--threads", "-t", type=int_option("--threads", 1), default=None,
+    group.add_argument("--threads", "-t", type=checks.THREADS.inner.option("--threads"), default=None,
                        help="CPU threads for llama.cpp (default: every core)")
-    group.add_argument("--gpu-layers", "-ngl", type=int_option("--gpu-layers", -1), default=0,
+    group.add_argument("--gpu-layers", "-ngl", type=checks.GPU_LAYERS.option("--gpu-layers"), default=0,
                        help="layers to offload (-1 = all)")
 
 
+def add_task_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """For every command that loads task files: a task file's data path stays in its folder unless the user
+    says otherwise here (a task file may be someone else's; see ``evals.taskdata.inside_folder``)."""
+    parser.add_argument("--allow-outside-data", action="store_true",
+                        help="let a task file's [data] path lie outside the task file's folder (an absolute path, "
+                             "../, a link to elsewhere); without it such a path is refused")
+
+
 def add_parallel_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument("--parallel", type=int_option("--parallel", 1), default=1, metavar="K",
+    parser.add_argument("--parallel", type=checks.PARALLEL.option("--parallel"), default=1, metavar="K",
                         help="work units run at once, one sequence each in one context per model (--ctx-size is "
                              "per sequence; default 1)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser, *, temperature: float = 0.6) -> None:
     group = parser.add_argument_group("sampling (applied to both models)")
-    group.add_argument("--temperature", "--temp", type=float_option("--temperature", low=0.0), default=temperature,
+    group.add_argument("--temperature", "--temp", type=checks.TEMPERATURE.option("--temperature"), default=temperature,
                        help=f"sampling temperature (0 = greedy; default {temperature:g})")
-    group.add_argument("--top-k", type=int_option("--top-k", 0), default=20,
+    group.add_argument("--top-k", type=checks.TOP_K.option("--top-k"), default=20,
                        help="keep the k likeliest tokens (0 = off)")
-    group.add_argument("--top-p", type=float_option("--top-p", low=0.0, high=1.0, low_open=True), default=0.95,
+    group.add_argument("--top-p", type=checks.TOP_P.option("--top-p"), default=0.95,
                        help="nucleus mass to keep (1 = off)")
     group.add_argument("--seed", type=seed, default=0,
                        help="random seed, 0 <= seed < 2**63 (drafting and acceptance draws)")
@@ -195,9 +152,9 @@ def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = Tr
         group.add_argument("--draft-max", "--spec-draft-n-max", "--draft", type=draft_length, default=3,
                            dest="draft_max", help="draft length N, or `auto`: the N this machine's costs and a short "
                            "acceptance estimate predict fastest (0 when speculation does not pay)")
-    group.add_argument("--draft-min", type=int_option("--draft-min", 0), default=0,
+    group.add_argument("--draft-min", type=checks.DRAFT_MIN.option("--draft-min"), default=0,
                        help="drop drafts shorter than this")
-    group.add_argument("--draft-p-min", type=float_option("--draft-p-min", low=0.0, high=1.0, high_open=True),
+    group.add_argument("--draft-p-min", type=checks.DRAFT_P_MIN.option("--draft-p-min"),
                        default=0.0, help="stop drafting when the drafter's top probability is below this")
     group.add_argument("--draft-adapt", action="store_true", help="grow/shrink N from recent acceptance")
     group.add_argument("--bonus", choices=BONUS_POLICIES, default="auto",

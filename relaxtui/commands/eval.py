@@ -12,9 +12,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from relaxtui import checks
 from relaxtui.commands.common import (
     add_draft_options,
     add_parallel_option,
+    add_task_file_options,
     finite_float,
     int_option,
     model_options,
@@ -67,13 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="n of avg@n; seeds are seed+i")
     run.add_argument("--limit", type=int_option("--limit", 1), default=None,
                      help="only the first K problems (default: all)")
-    run.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=None,
+    run.add_argument("--max-tokens", "-n", type=checks.MAX_TOKENS.option("--max-tokens"), default=None,
                      help="answer budget in tokens (default: the task's own, e.g. 4096)")
     run.add_argument("--thinking", choices=["on", "off"], default=None,
                      help="reasoning mode for templates that have one (default: the template's own)")
     run.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/TASK)")
     run.add_argument("--data", type=utf8_path, default=None, help="local data file instead of the shipped/hub data")
     add_parallel_option(run)
+    add_task_file_options(run)
     cluster = parser.add_argument_group("cluster (optional extra: pip install 'relaxtui[cluster]')")
     cluster.add_argument("--ray", nargs="?", type=utf8_text, const="", default=None, metavar="ADDRESS",
                          help="run the units on Ray actors: HOST:PORT as `ray start --head` prints it, or no address "
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return report_run(args.directory, args.profile, as_json=args.json, length_adjusted=args.length_adjusted)
     if args.directory is not None:
         raise UserError(f"unexpected argument {args.directory!r} (only `eval report DIR` takes a folder)")
-    task = get(args.task)
+    task = get(args.task, allow_outside_data=args.allow_outside_data)
     max_tokens = args.max_tokens or task.max_tokens  # numbers are range-checked as they are parsed
     named = [spec for spec in args.profile if spec != THIS_MACHINE]  # this-machine is measured at the start
     for profile in profiles_for_report(named, None):  # bad or too short profiles fail before models load

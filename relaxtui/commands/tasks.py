@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from relaxtui.commands.common import int_option, utf8_path, utf8_text
+from relaxtui.commands.common import add_task_file_options, int_option, utf8_path, utf8_text
 from relaxtui.errors import UserError
 
 MAX_LISTED = 50  # failing rows shown; the count says how many more
@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("file", type=utf8_text, help="the task file (FILE.toml)")
     check.add_argument("--show", type=int_option("--show", 0), default=2, help="prompts to render")
     check.add_argument("--data", type=utf8_path, default=None, help="check this data file instead of the task's own")
+    add_task_file_options(check)
 
 
 def _shown(text: str, limit: int = 1200) -> str:
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.file.endswith(".toml"):
         raise UserError(f"tasks check takes a task file ending in .toml (got {args.file!r})")
-    task = get(args.file)
+    task = get(args.file, allow_outside_data=args.allow_outside_data)
     assert isinstance(task, TaskFile)
     samples, failures = task.check(args.data)
     hub = (f"hub {task.data.hub} (config {task.data.config or 'default'}, split {task.data.split}, "

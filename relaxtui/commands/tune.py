@@ -12,8 +12,10 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from relaxtui.checks import MAX_TOKENS
 from relaxtui.commands.common import (
     add_parallel_option,
+    add_task_file_options,
     finite_float,
     float_option,
     int_option,
@@ -76,13 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"for scored tasks; {DEFAULT_MAX_DRIFT:g} for an open-ended one)")
     parser.add_argument("--check", nargs="+", type=utf8_text, default=[], metavar="TASK",
                         help="run the recommended setting on these tasks too, and say where it holds or breaks")
-    parser.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=None,
+    parser.add_argument("--max-tokens", "-n", type=MAX_TOKENS.option("--max-tokens"), default=None,
                         help=f"answer budget per problem, in tokens (default: the task's own, at most {TUNE_TOKENS})")
     parser.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=1,
                         help="seeds per problem (avg@n)")
     parser.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/tune-TASK)")
     parser.add_argument("--data", type=utf8_path, default=None, help="local data file instead of the shipped/hub data")
     add_parallel_option(parser)
+    add_task_file_options(parser)
     add_profile_option(parser, "price speed with these cost profiles (the first drives the advice; default: "
                                "this-machine, measured at the start)")
 
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxtui.rules import PAPER_GRID
     from relaxtui.session import load_pair
 
-    task = get(args.task)
+    task = get(args.task, allow_outside_data=args.allow_outside_data)
     if args.drafters == [DEFAULT_DRAFTER] and args.draft_kind in ("ngram", "mtp"):
         args.drafters = [args.draft_kind]  # --draft-kind without --drafters: that kind (plan_drafters sets it after)
     if "strict" in args.rule:
@@ -259,7 +262,7 @@ def plan_checks(args: argparse.Namespace, task: Task, out: Path, given_tokens: i
     against its identity (read-only): a bad task or a folder of another run fails before any model loads."""
     checks = []
     for name in args.check:
-        other = get(name)
+        other = get(name, allow_outside_data=args.allow_outside_data)
         if other.name == task.name:
             raise UserError(f"--check {name}: that is the tuned task itself; name other tasks")
         samples = other.load()[: args.limit]

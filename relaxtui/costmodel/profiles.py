@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import stat
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from relaxtui.errors import UserError
+from relaxtui.files import FileTooBig, read_regular_bytes
 
 PRICING_MODES = ("measured", "optimistic")
 THIS_MACHINE = "this-machine"  # the name of the profile a run measures where its models run
@@ -292,24 +291,10 @@ def read_profile_file(path: Path) -> object:
     blocking), at most MAX_PROFILE_BYTES, strict UTF-8 (a BOM allowed), no duplicate keys; NaN and Infinity
     literals, huge integers and too-deep nesting all end as one UserError naming the file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the cost profile ({exc.strerror or exc})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{path}: not a regular file, so not a cost profile")
-        if info.st_size > MAX_PROFILE_BYTES:
-            raise UserError(f"{path}: {info.st_size} bytes is too big for a cost profile (at most "
-                            f"{MAX_PROFILE_BYTES} bytes)")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = handle.read(MAX_PROFILE_BYTES + 1)  # the file may have grown since fstat
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the cost profile ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise UserError(f"{path}: too big for a cost profile (at most {MAX_PROFILE_BYTES} bytes)")
+        raw = read_regular_bytes(path, MAX_PROFILE_BYTES, "cost profile")
+    except FileTooBig as exc:
+        raise UserError(f"{path}: {exc.size} bytes is too big for a cost profile (at most {MAX_PROFILE_BYTES} "
+                        "bytes)") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from relaxtui.errors import UserError
+from relaxtui.files import check_regular, open_regular
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)  # v1 used 32-bit counts; llama.cpp refuses it too
@@ -347,7 +348,7 @@ def _parse(path: Path, cur: _Cursor, keep_arrays: bool) -> GGUFHeader:
 def _open(path: Path, body, *args: Any) -> Any:
     """Run ``body(path, cursor, *args)`` on the file; every failure becomes one UserError line naming it."""
     try:
-        with path.open("rb") as stream:
+        with open_regular(path, "model file") as stream:  # a FIFO or device swapped in: one line, no hang
             size = os.fstat(stream.fileno()).st_size
             if stream.read(4) != GGUF_MAGIC:
                 raise UserError(f"not a GGUF model file (bad magic): {path}")
@@ -364,8 +365,7 @@ def read_header(path: str | Path, *, keep_arrays: bool = False) -> GGUFHeader:
     """Read and validate a GGUF file's key/value header and tensor-info table. Raises UserError (one line)
     when the file is missing, not GGUF, or corrupt anywhere in what is read."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"model file not found: {path}")
+    check_regular(path, "model file")  # missing: "model file not found: PATH"; a FIFO or a folder: one line too
     return _open(path, _parse, keep_arrays)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -22,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relaxtui import checks
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import ENVIRONMENT, RunIdentity
+from relaxtui.files import read_regular_bytes
 
 MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
@@ -48,6 +49,17 @@ class GridPoint:
             return "no-spec"
         knob = "" if self.knob is None else f"({self.knob:g})"
         return f"{self.rule}{knob} N={self.draft_max}"
+
+
+# the manifest's fields that a flag sets -> that flag's own check (relaxtui.checks), so a hand-edited or damaged
+# manifest is refused by the rule that refuses the flag
+MANIFEST_CHECKS: dict[str, checks.Check] = {
+    "task": checks.TEXT, "verifier": checks.TEXT, "drafter": checks.TEXT, "draft_kind": checks.TEXT,
+    "temperature": checks.TEMPERATURE, "top_k": checks.TOP_K, "top_p": checks.TOP_P, "max_tokens": checks.MAX_TOKENS,
+    "draft_min": checks.DRAFT_MIN, "draft_p_min": checks.DRAFT_P_MIN, "draft_adapt": checks.FLAG,
+    "ctx_size": checks.CTX_SIZE, "threads": checks.THREADS, "gpu_layers": checks.GPU_LAYERS,
+    "parallel": checks.PARALLEL, "data": checks.Maybe(checks.TEXT),
+}
 
 
 def _is_int(value: object, low: int = 0) -> bool:
@@ -122,19 +134,9 @@ def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def read_regular(path: Path, cap: int) -> bytes:
-    """The bytes of a regular file of at most ``cap`` bytes. Opened without blocking and checked after opening,
-    so a FIFO, a device (a link to /dev/zero) or a folder under the name is one line, never a hang."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as stream:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{path} is not a regular file")
-        if info.st_size > cap:
-            raise UserError(f"{path} is {info.st_size} bytes, more than a run folder holds ({cap})")
-        return stream.read(cap + 1)[:cap]
+    """The bytes of a run folder's file of at most ``cap`` bytes: a FIFO, a device (a link to /dev/zero) or a
+    folder under the name is one line, never a hang (``relaxtui.files``)."""
+    return read_regular_bytes(path, cap, "run folder file")
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -166,13 +168,9 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         raise UserError(f"{path} is not valid JSON; use another --out") from None
     if not isinstance(value, dict):
         raise UserError(f"{path} must hold a JSON object (got {type(value).__name__})")
-    for name, kind in (("task", str), ("verifier", str), ("drafter", str)):
-        if name in value and not isinstance(value[name], kind):
-            raise UserError(f"{path}: field {name!r} must be a string")
-    if "temperature" in value and not _is_number(value["temperature"]):
-        raise UserError(f"{path}: field 'temperature' must be a number >= 0")
-    if "parallel" in value and not _is_int(value["parallel"], 1):
-        raise UserError(f"{path}: field 'parallel' must be an integer >= 1")
+    for name, check in MANIFEST_CHECKS.items():
+        if name in value:
+            check.check(value[name], f"{path}: field {name!r}")
     return value
 
 
@@ -272,6 +270,8 @@ def load_records(directory: Path) -> RunFolder:
     manifest = read_manifest(directory)
     if manifest is None:
         raise UserError(f"{directory} is not an eval run folder (no {MANIFEST})")
+    if not str(manifest.get("task") or "").strip():  # every manifest eval and tune write names their task
+        raise UserError(f"{directory / MANIFEST} names no task, so it is not one an eval run wrote: nothing to report")
     store = ResultsStore(directory)
     read = store.read()
     settings = {k: v for k, v in manifest.items() if k != ENVIRONMENT}

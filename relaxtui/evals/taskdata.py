@@ -4,19 +4,25 @@ Local files go through the same hostile-input readers as the built-in tasks' ``-
 one line naming file and row on any defect); Parquet needs ``pyarrow`` (installed with ``datasets``), and its
 absence is one line saying so. Hub datasets load through ``tasks.hub.load_hub_rows`` (``datasets``, cached, a
 token for gated ones), pinned by ``revision`` when the file gives one.
+
+A local path must stay in the task file's folder once resolved (``inside_folder``; ``--allow-outside-data``
+lifts it), and is read only as a regular file (``relaxtui.files``: a FIFO or ``/dev/zero`` is one line).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from relaxtui.errors import UserError
-from relaxtui.evals.tasks.base import Located, bad, numbered, read_rows
+from relaxtui.evals.tasks.base import DATA_FILE, Located, bad, numbered, read_rows
 from relaxtui.evals.tomltable import Table
+from relaxtui.files import FileMissing, open_regular
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
+ALLOW_OUTSIDE_FLAG = "--allow-outside-data"
 MAX_PARQUET_BYTES = 1 << 30
 
 
@@ -31,8 +37,9 @@ class DataSource:
     revision: str | None = None
 
     @classmethod
-    def read(cls, table: Table, base: Path) -> DataSource:
-        """From the ``[data]`` table; a relative path is relative to the task file's folder."""
+    def read(cls, table: Table, base: Path, *, allow_outside: bool = False) -> DataSource:
+        """From the ``[data]`` table; a relative path is relative to the task file's folder, and must stay in it
+        (see ``inside_folder``) unless ``allow_outside`` (``--allow-outside-data``)."""
         path, hub = table.text("path"), table.text("hub")
         config, split, revision = table.text("config"), table.text("split", "train"), table.text("revision")
         if (path is None) == (hub is None):
@@ -41,6 +48,8 @@ class DataSource:
             for key, value in (("config", config), ("revision", revision)):
                 if value is not None:
                     raise table.error(key, "applies to a hub dataset, not to a local path")
+            if not allow_outside:
+                inside_folder(table, path, base)
             return cls(path=base / path)
         return cls(hub=hub, config=config, split=split, revision=revision)
 
@@ -49,11 +58,26 @@ class DataSource:
         if self.path is None:
             return
         try:
-            with self.path.open("rb") as stream:
+            with open_regular(self.path, DATA_FILE) as stream:  # a FIFO or a device: one line, never a hang
                 while chunk := stream.read(1 << 20):
                     digest.update(chunk)
-        except OSError:  # a missing file is reported when rows are read (or --data replaces it)
+        except (FileMissing, OSError):  # a missing file is reported when rows are read (or --data replaces it)
             digest.update(b"\0missing")
+
+
+def inside_folder(table: Table, path: str, base: Path) -> None:
+    """Refuse a data path that leaves the task file's folder once resolved (symbolic links followed): an
+    absolute path, a ``../`` escape or a link to elsewhere. Why: a task file is often someone else's (a shared
+    benchmark, a downloaded folder), and its data path is read and its rows sent to the models and written
+    into results; without this a task file could read ``~/.ssh/id_rsa`` as "data". ``..`` that ends inside the
+    folder is fine; the user's own ``--data`` is not a task file's path and is not checked."""
+    try:
+        folder, target = base.resolve(), (base / path).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a loop of links, a NUL byte
+        raise table.error("path", f"{path!r} cannot be resolved ({exc})") from None
+    if not target.is_relative_to(folder):
+        raise table.error("path", f"{path!r} resolves to {target}, outside the task file's folder {folder}; "
+                          f"pass {ALLOW_OUTSIDE_FLAG} to read data from there")
 
 
 def parquet_rows(path: Path) -> list[Located]:
@@ -62,17 +86,16 @@ def parquet_rows(path: Path) -> list[Located]:
         import pyarrow.parquet as pq
     except ImportError:
         raise UserError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), not installed here") from None
-    try:
-        if not path.is_file():
-            raise UserError(f"data file not found: {path}")
-        if path.stat().st_size > MAX_PARQUET_BYTES:
-            raise bad(str(path), f"larger than {MAX_PARQUET_BYTES >> 20} MiB: refused")
-        rows = pq.read_table(path).to_pylist()
-    except UserError:
-        raise
-    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise bad(str(path), f"not a readable Parquet file ({text})") from None
+    with open_regular(path, DATA_FILE) as stream:  # pyarrow reads the checked file, never the name again
+        try:
+            if os.fstat(stream.fileno()).st_size > MAX_PARQUET_BYTES:
+                raise bad(str(path), f"larger than {MAX_PARQUET_BYTES >> 20} MiB: refused")
+            rows = pq.read_table(stream).to_pylist()
+        except UserError:
+            raise
+        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise bad(str(path), f"not a readable Parquet file ({text})") from None
     return numbered(rows, str(path))
 
 

@@ -26,6 +26,7 @@ from relaxtui.evals.taskdata import DataSource, read_source
 from relaxtui.evals.tasks.base import Located, Sample, Score, Task, bad
 from relaxtui.evals.template import Template, field_text
 from relaxtui.evals.tomltable import Table
+from relaxtui.files import read_regular_bytes
 
 MAX_FILE_BYTES = 1 << 20
 MAX_TOKENS_LIMIT = 1 << 20
@@ -41,14 +42,7 @@ def parse_toml(path: Path) -> tuple[dict[str, Any], bytes]:
             import tomli as tomllib  # type: ignore[no-redef]
         except ImportError:
             raise UserError("task files need Python 3.11 (tomllib) or the tomli package") from None
-    try:
-        if not path.is_file():
-            raise UserError(f"task file not found: {path}")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise UserError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, which no task file needs")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    data = read_regular_bytes(path, MAX_FILE_BYTES, "task file")  # a FIFO or device: one line, never a hang
     try:
         return tomllib.loads(data.decode("utf-8")), data
     except UnicodeDecodeError as exc:
@@ -201,8 +195,9 @@ def read_answer(table: Table) -> tuple[Reader, str | None, str | None]:
     return reader, gold_field, solution_field
 
 
-def load_task(path: Path) -> TaskFile:
-    """Read and check a task file (every row of its data included); one line naming the field on any defect."""
+def load_task(path: Path, *, allow_outside_data: bool = False) -> TaskFile:
+    """Read and check a task file (every row of its data included); one line naming the field on any defect.
+    Its data path must stay in its folder unless ``allow_outside_data`` (``taskdata.inside_folder``)."""
     document, content = parse_toml(path)
     top = Table(document, str(path))
     name = top.text("name", required=True)
@@ -219,7 +214,7 @@ def load_task(path: Path) -> TaskFile:
             raise UserError(f"{path}: the [{key}] table is required")
     data_table, prompt_table, answer_table = tables["data"], tables["prompt"], tables["answer"]
     assert data_table is not None and prompt_table is not None and answer_table is not None
-    data = DataSource.read(data_table, path.parent)
+    data = DataSource.read(data_table, path.parent, allow_outside=allow_outside_data)
     id_field, declared = data_table.text("id"), data_table.texts("fields")
     data_table.done()
     prompt = Prompt.read(prompt_table)

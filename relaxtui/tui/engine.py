@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from relaxtui import checks
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import Drafter, DrafterOptions, make_drafter
@@ -47,8 +48,16 @@ class ChatSettings:
     max_tokens: int = 512
     seed: int = 0
 
-    def validated(self) -> tuple[Rule, GenerationConfig]:
+    def checked(self, where: str = "") -> ChatSettings:
+        """Itself, once every field has passed its one check (``SETTING_CHECKS``: the same check as the flag's),
+        each refusal naming the field as ``{where}{field}`` (``settings.seed must be >= 0 (got -1): ...``)."""
+        for name, check in SETTING_CHECKS.items():
+            check.check(getattr(self, name), f"{where}{name}")
+        return self
+
+    def validated(self, where: str = "") -> tuple[Rule, GenerationConfig]:
         """Raise UserError (one clear line) on any bad value; return what the loop needs."""
+        self.checked(where)
         sampling = SamplingParams(self.temperature, self.top_k, self.top_p)
         rule = make(self.rule, self.knob, temperature=self.temperature or 1.0)
         if sampling.greedy and not rule.greedy_ok:
@@ -57,6 +66,14 @@ class ChatSettings:
         config = GenerationConfig(draft_max=self.draft_max, max_tokens=self.max_tokens, sampling=sampling,
                                   seed=self.seed, top_alternatives=5, reuse="longest")
         return rule, config
+
+
+# every ChatSettings field -> the check its flag uses too (tests walk this table against the dataclass's fields)
+SETTING_CHECKS: dict[str, checks.Check] = {
+    "rule": checks.TEXT, "knob": checks.KNOB, "draft_max": checks.DRAFT_MAX, "temperature": checks.TEMPERATURE,
+    "top_k": checks.TOP_K, "top_p": checks.TOP_P, "thinking": checks.THINKING, "drafter": checks.TEXT,
+    "max_tokens": checks.MAX_TOKENS, "seed": checks.SEED,
+}
 
 
 @dataclass(frozen=True)

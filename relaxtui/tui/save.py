@@ -27,9 +27,11 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding.events import Metrics, TokenEvent
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
+from relaxtui.files import FileRefused, FileTooBig, read_regular_bytes
 from relaxtui.tui.engine import ChatSettings, ModelInfo
 
 FORMAT = "relaxtui-chat"
@@ -187,22 +189,24 @@ def chat_from_document(document: object) -> SavedChat:
 
 def load_chat(path: Path) -> SavedChat:
     """Read a saved chat; anything else (too big, not JSON, another format, a wrong field) is a UserError."""
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot resume {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise UserError(f"cannot resume {path}: larger than {MAX_BYTES >> 20} MiB, not a saved chat")
+    try:  # a FIFO, a device or a folder: one line, never a hang (relaxtui.files)
+        data = read_regular_bytes(path, MAX_BYTES, "saved chat")
+    except FileTooBig:
+        raise UserError(f"cannot resume {path}: larger than {MAX_BYTES >> 20} MiB, not a saved chat") from None
+    except FileRefused as exc:
+        raise UserError(f"cannot resume {path}: {exc.reason}") from None
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"cannot resume {path}: not a saved chat (not JSON: {reason})") from None
-    try:
+    try:  # each setting through the check its flag uses (relaxtui.checks): `--seed -1` and a saved -1 alike
         chat = chat_from_document(document)
-        chat.settings.validated()
-    except _Invalid as exc:
+        for i, turn in enumerate(chat.turns):
+            if turn.settings is not None:
+                turn.settings.checked(f"messages[{i}].settings.")
+        chat.settings.validated("settings.")
+    except (_Invalid, BadValue) as exc:
         raise UserError(f"cannot resume {path}: {exc}") from None
     except UserError as exc:
         raise UserError(f"cannot resume {path}: settings: {exc}") from None

@@ -14,13 +14,14 @@ from relaxtui.evals.tasks.math500 import Math500
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Aime, Aime25, Math500, Gpqa, LiveCodeBench, HumanEval)}
 
 
-def get(name: str) -> Task:
+def get(name: str, *, allow_outside_data: bool = False) -> Task:
+    """A built-in task by name, or a task file (``allow_outside_data``: its data may lie outside its folder)."""
     if name.endswith(".toml"):
         from pathlib import Path
 
         from relaxtui.evals.taskfile import load_task
 
-        return load_task(Path(name))
+        return load_task(Path(name), allow_outside_data=allow_outside_data)
     try:
         return TASKS[name]()
     except KeyError:

@@ -25,6 +25,7 @@ from typing import IO, Any, ClassVar
 from relaxtui.display import type_name
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
+from relaxtui.files import open_regular
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -74,6 +75,7 @@ MAX_ROW_BYTES = 512 * 2**20
 MAX_GZIP_BYTES = 2**30
 SURROGATE = re.compile("[\ud800-\udfff]")
 
+DATA_FILE = "data file"  # how messages name a data file (`data file x.jsonl is not a regular file (a FIFO)`)
 Located = tuple[str, dict[str, Any]]  # (where the row came from, e.g. "file.jsonl:3" or "repo row 3"; the row)
 
 
@@ -152,9 +154,10 @@ def _jsonl(stream: IO[bytes], path: Path, gzipped: bool) -> list[Located]:
 
 
 def _whole(stream: IO[bytes], path: Path, gzipped: bool) -> str:
-    data = stream.read(MAX_GZIP_BYTES + 1) if gzipped else stream.read()
-    if gzipped and len(data) > MAX_GZIP_BYTES:
-        raise bad(str(path), f"decompresses to more than {MAX_GZIP_BYTES >> 20} MiB: refused")
+    data = stream.read(MAX_GZIP_BYTES + 1)  # a whole-file format (JSON, CSV) is read into memory: bounded
+    if len(data) > MAX_GZIP_BYTES:
+        what = "decompresses to" if gzipped else "holds"
+        raise bad(str(path), f"{what} more than {MAX_GZIP_BYTES >> 20} MiB: refused")
     return decode_utf8(data, str(path))
 
 
@@ -183,20 +186,16 @@ def read_rows(path: Path, *, by_suffix: bool = True) -> list[Located]:
     gunzipped first (bounded) and read by the suffix before it (``HumanEval.jsonl.gz``). ``by_suffix=False``
     reads JSON lines whatever the name, as the math tasks always have.
     """
-    try:
-        if not path.is_file():
-            raise UserError(f"data file not found: {path}")
-    except (OSError, ValueError) as exc:
-        raise bad(str(path), f"cannot read data file ({exc})") from None
     gzipped = path.suffix == ".gz"
     suffix = (path.with_suffix("") if gzipped else path).suffix if by_suffix else ".jsonl"
     reader = {".csv": _csv, ".json": _json_list}.get(suffix, _jsonl)
-    try:
-        with gzip.open(path, "rb") if gzipped else path.open("rb") as stream:
-            return reader(stream, path, gzipped)
-    except (OSError, EOFError, zlib.error) as exc:  # EOFError, zlib.error: a truncated or corrupt gzip stream
-        kind = "not a valid gzip file" if gzipped else "cannot read data file"
-        raise bad(str(path), f"{kind} ({exc})") from None
+    with open_regular(path, DATA_FILE) as raw:  # a FIFO, a device or a folder: one line, never a hang
+        try:
+            with gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw as stream:
+                return reader(stream, path, gzipped)
+        except (OSError, EOFError, zlib.error) as exc:  # EOFError, zlib.error: a truncated or corrupt gzip stream
+            kind = "not a valid gzip file" if gzipped else "cannot read data file"
+            raise bad(str(path), f"{kind} ({exc})") from None
 
 
 def require(row: dict[str, Any], keys: Sequence[str], where: str) -> None:

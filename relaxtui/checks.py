@@ -1,0 +1,231 @@
+"""One check per setting, shared by its command-line flag and by every file that carries it (issue 34).
+
+Why: a setting reaches relaxtui by two roads, a flag (``chat --seed -1``) and a file (a saved chat's
+``settings.seed``, a run folder's manifest). Checked twice by two pieces of code, the two drift apart: the flag
+refused seed -1 while a saved chat's seed -1 opened the TUI and failed in numpy mid-reply. Here each setting is
+one object: ``check(value, name)`` validates a value already parsed (a JSON number, a dataclass field), and
+``option(name)`` is the argparse type built on that same check, so the two roads cannot disagree. A refusal is a
+:class:`BadValue` (a UserError: one line, exit code 2) that names the setting as the road spells it
+(``--seed must be >= 0 (got -1)``, ``settings.seed must be >= 0 (got -1)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import Any
+
+from relaxtui.decoding.config import MAX_DRAFT
+from relaxtui.decoding.sampling import MIN_TEMPERATURE
+from relaxtui.errors import UserError
+
+INT32_MAX = 2**31 - 1  # the C int llama.cpp takes for sizes, counts and threads
+SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63: numpy's SeedSequence refuses negatives; int64 everywhere else
+_SHOWN = 40  # characters of a bad value quoted in a message
+
+
+class BadValue(UserError):
+    """A setting's value out of its range or of the wrong kind; the message names the setting."""
+
+
+def quoted(text: str) -> str:
+    """A bad value as a message shows it: ASCII-escaped (lone surrogates too) and cut short."""
+    return ascii(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
+
+
+def _shown(value: object) -> str:
+    return quoted(value) if isinstance(value, str) else repr(value)[:_SHOWN]
+
+
+class Whole:
+    """A whole number in ``low..high`` (``high`` None: up to INT32_MAX, llama.cpp's C int); bools are not numbers."""
+
+
+    def __init__(self, low: int, high: int | None = None) -> None:
+        self.low, self.high = low, high
+
+    @property
+    def cap(self) -> int:
+        return INT32_MAX if self.high is None else self.high
+
+    def check(self, value: object, name: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadValue(f"{name} must be a whole number (got {_shown(value)})")
+        if not self.low <= value <= self.cap:
+            raise BadValue(f"{name} must be {self.span(value)} (got {_shown(value)})")
+        return value
+
+    def span(self, value: int) -> str:
+        if self.high is not None:
+            return f"in {self.low}..{self.high}"
+        return f">= {self.low}" if value < self.low else f"<= {self.cap}"
+
+    def option(self, name: str) -> Callable[[str], int]:
+        """The argparse type: text -> int, then :meth:`check`; the message names the option."""
+        def parse(text: str) -> int:
+            try:
+                value = int(text)
+            except ValueError:  # also Python's limit on int-string conversion (a 5000-digit argument)
+                raise argparse.ArgumentTypeError(f"{name} must be a whole number (got {quoted(text)})") from None
+            try:
+                return self.check(value, name)
+            except BadValue as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+
+        parse.__name__ = "whole number"
+        parse.check = self  # type: ignore[attr-defined]  # what a test compares with a file reader's check
+        return parse
+
+
+class Seed(Whole):
+    """0 <= seed < 2**63. Negative seeds are refused because numpy's SeedSequence raises on them mid-run
+    (llama.cpp's ``-1`` = random has no place in reproducible runs)."""
+
+    def __init__(self) -> None:
+        super().__init__(0, SEED_LIMIT - 1)
+
+    def span(self, value: int) -> str:
+        if value < 0:
+            return ">= 0"
+        return "< 2**63"
+
+    def check(self, value: object, name: str) -> int:
+        try:
+            return super().check(value, name)
+        except BadValue as exc:
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                raise BadValue(f"{exc}: runs are reproducible, there is no llama.cpp-style random seed -1") from None
+            raise
+
+
+class Number:
+    """A finite number in an interval (``low``/``high`` None = unbounded; ``*_open`` excludes the bound); an int
+    is taken as a float. ``minus_inf``: -infinity is a value too (a cascade rule's strict knob)."""
+
+
+    def __init__(self, *, low: float | None = None, high: float | None = None, low_open: bool = False,
+                 high_open: bool = False, minus_inf: bool = False,
+                 extra: Callable[[float, str], str | None] | None = None) -> None:
+        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
+        self.minus_inf, self.extra = minus_inf, extra
+
+    def check(self, value: object, name: str, shown: str | None = None) -> float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise BadValue(f"{name} must be a number (got {_shown(value)})")
+        try:
+            number = float(value)
+        except OverflowError:  # a JSON integer past any float
+            number = math.inf if value > 0 else -math.inf
+        shown = _shown(value) if shown is None else shown
+        if self.minus_inf and number == -math.inf:
+            return number
+        if not math.isfinite(number):
+            raise BadValue(f"{name} must be a finite number (got {shown})")
+        below = self.low is not None and (number <= self.low if self.low_open else number < self.low)
+        above = self.high is not None and (number >= self.high if self.high_open else number > self.high)
+        if below or above:
+            raise BadValue(f"{name} must be {self.span()} (got {shown})")
+        if self.extra is not None and (problem := self.extra(number, name)):
+            raise BadValue(problem)
+        return number
+
+    def span(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+    def option(self, name: str | None = None) -> Callable[[str], float]:
+        """The argparse type: text -> float, then :meth:`check` (a flag is always finite: ``-inf`` is refused
+        even where a file may hold it)."""
+        def parse(text: str) -> float:
+            subject = f"{name} must be" if name else "must be"
+            try:
+                value = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{subject} a number (got {quoted(text)})") from None
+            if not math.isfinite(value):  # float() reads "nan", "inf", "-Infinity" and overflows "1e999" to inf
+                raise argparse.ArgumentTypeError(f"{subject} a finite number (got {quoted(text)})")
+            try:
+                return self.check(value, name or "", text.strip()[:_SHOWN])
+            except BadValue as exc:
+                raise argparse.ArgumentTypeError(str(exc).strip()) from None
+
+        parse.__name__ = "number"
+        parse.check = self  # type: ignore[attr-defined]
+        return parse
+
+
+def utf8_problem(text: str) -> str | None:
+    """Why ``text`` is not valid UTF-8 (Python decodes argv bytes that are not into lone surrogates, and a JSON
+    ``\\udcff`` escape yields one too), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
+        return f"is not valid UTF-8 text ({byte} at character {exc.start})"
+    return None
+
+
+class Text:
+    """Text that is valid UTF-8: the tokenizer, llama.cpp's path argument and a UTF-8 stdout cannot encode
+    anything else."""
+
+    def check(self, value: object, name: str) -> str:
+        if not isinstance(value, str):
+            raise BadValue(f"{name} must be a string (got {_shown(value)})")
+        if problem := utf8_problem(value):
+            raise BadValue(f"{name} {problem}")
+        return value
+
+
+class Flag:
+    """true or false (a flag's on/off, a saved chat's thinking)."""
+
+    def check(self, value: object, name: str) -> bool:
+        if not isinstance(value, bool):
+            raise BadValue(f"{name} must be true or false (got {_shown(value)})")
+        return value
+
+
+class Maybe:
+    """``inner`` or None (a setting whose absence means "the default")."""
+
+    def __init__(self, inner: Whole | Number | Text | Flag) -> None:
+        self.inner = inner
+
+    def check(self, value: object, name: str) -> Any:
+        return None if value is None else self.inner.check(value, name)
+
+
+Check = Whole | Number | Text | Flag | Maybe
+
+
+def _temperature_floor(value: float, name: str) -> str | None:
+    if 0 < value < MIN_TEMPERATURE:
+        return f"{name} must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (got {value:g}: logits / T would overflow)"
+    return None
+
+
+# The settings a flag and a file share (the flag's name is given where the flag is added).
+TEXT = Text()
+SEED = Seed()
+TEMPERATURE = Number(low=0.0, extra=_temperature_floor)
+TOP_K = Whole(0)
+TOP_P = Number(low=0.0, high=1.0, low_open=True)
+KNOB = Maybe(Number(minus_inf=True))  # --alpha is finite; NAME:-inf (cascades' strict) and a file may be -inf
+MAX_TOKENS = Whole(1)
+DRAFT_MAX = Whole(0, MAX_DRAFT)  # N; 0 = verifier alone
+DRAFT_P_MIN = Number(low=0.0, high=1.0, high_open=True)
+CTX_SIZE = Whole(1)
+THREADS = Maybe(Whole(1))
+GPU_LAYERS = Whole(-1)
+PARALLEL = Whole(1)
+NGRAM = Whole(1)
+FLAG = Flag()
+THINKING = FLAG
+DRAFT_MIN = Whole(0)
+
