@@ -13,6 +13,7 @@ from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.report import summarise
 from relaxtui.evals.results import ResultsStore
 from relaxtui.evals.stats import paired_difference, problems_to_resolve, t_quantile_975
+from tests.test_cli import fails_with
 
 
 def record(config: str, rule, n: int, problem: str, seed: int, correct: bool, *, tokens: int = 10,
@@ -228,3 +229,12 @@ def test_this_machine_names_the_run_folders_own_profile(capsys, run_folder):
     assert set(line["priced_speedup"]) == {"this-machine", "paper-gb200"}
     assert main(["profiles", "show", "this-machine"]) == 2  # no folder to take it from: say where it lives
     assert "measured-profile.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("manifest", [{"verifier": "v.gguf"}, {"task": "", "verifier": "v.gguf"}, {"task": "  "}])
+def test_a_manifest_naming_no_task_is_one_line_and_nothing_is_written(capsys, run_folder, manifest):
+    """It was reported as "— ? / ? (T=?)", with summary files written beside it, as if it were a run."""
+    (run_folder / "manifest.json").write_text(json.dumps(manifest))
+    before = sorted(path.name for path in run_folder.iterdir())
+    fails_with(capsys, ["eval", "report", str(run_folder)], "manifest.json names no task")
+    assert sorted(path.name for path in run_folder.iterdir()) == before

@@ -6,6 +6,7 @@ project's own UserError may come out, and every non-blank line is either a recor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -14,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relaxtui.cli import main
+from relaxtui.engine.gguf import FINGERPRINT_SAMPLE_BYTES, model_fingerprint, read_header
 from relaxtui.errors import UserError
-from relaxtui.evals.identity import MODELS, RunIdentity
+from relaxtui.evals.contenthash import content_sha256
+from relaxtui.evals.identity import MODELS, RunIdentity, same_file
 from relaxtui.evals.results import TORN, ResultsStore, load_records, read_manifest, record_problem
 from tests.test_cli import fails_with
 from tests.test_report import record
@@ -99,7 +102,7 @@ def test_a_manifest_of_the_wrong_type_is_one_line(capsys, tmp_path):
     (tmp_path / "manifest.json").write_text("[1, 2]")
     fails_with(capsys, ["eval", "report", str(tmp_path)], "must hold a JSON object (got list)")
     (tmp_path / "manifest.json").write_text(json.dumps({**MANIFEST, "parallel": "16"}))
-    fails_with(capsys, ["eval", "report", str(tmp_path)], "field 'parallel' must be an integer >= 1")
+    fails_with(capsys, ["eval", "report", str(tmp_path)], "field 'parallel' must be a whole number (got '16')")
     (tmp_path / "manifest.json").write_bytes(b'{"task": "\xff"}')
     fails_with(capsys, ["eval", "report", str(tmp_path)], "is not UTF-8")
 
@@ -190,6 +193,45 @@ def test_a_different_model_file_under_the_recorded_name_is_refused(capsys, tmp_p
     before = folder_state(tmp_path / "out")
     fails_with(capsys, argv, "another file named model.gguf")
     assert folder_state(tmp_path / "out") == before
+
+
+@pytest.mark.model
+def test_a_tensor_byte_changed_between_the_sampled_blocks_is_another_file(capsys, tmp_path, test_model_path):
+    """The sampled fingerprint reads 16 blocks of the tensor data: a byte between two of them passed unseen."""
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(test_model_path, model)
+    argv = ["eval", "aime", "--limit", "1", "--max-tokens", "4", "--verifier", str(model), "--drafter", str(model),
+            "--threads", "1", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    sampled = model_fingerprint(model)
+    data = bytearray(model.read_bytes())
+    at = read_header(model).data_offset + FINGERPRINT_SAMPLE_BYTES + 4096  # just past the first sampled block
+    data[at] ^= 0x01
+    model.write_bytes(bytes(data))
+    assert model_fingerprint(model) == sampled  # the hole: the sampled fingerprint cannot see it
+    fails_with(capsys, argv, "another file named model.gguf")
+
+
+def test_a_fingerprint_from_before_the_full_hash_is_held_to_what_it_recorded():
+    current = "100:aaaa sha256:" + "1" * 64
+    assert same_file(current, current) and same_file("100:aaaa", current)  # an older folder resumes
+    assert not same_file("100:bbbb", current) and not same_file("100:aaaa sha256:" + "2" * 64, current)
+
+
+def test_the_full_hash_is_read_once_per_version_of_a_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"x" * 5000)
+    assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
+    monkeypatch.setattr(hashlib, "file_digest", lambda *a, **k: pytest.fail("hashed again"))
+    assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()  # from the cache
+    monkeypatch.undo()
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path / "cache"))
+    model.write_bytes(b"GGUF" + b"y" * 5000)  # same size, new content: a new version, hashed anew
+    assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
+    (tmp_path / "cache" / "content-sha256.json").write_text("{not json")  # a damaged cache is rebuilt
+    assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
 
 
 def test_tune_refuses_what_eval_refuses_before_loading(capsys, tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relaxtui.engine.gguf import INTEGER_TYPES, ArrayInfo, GGUFHeader, read_array, read_header
-from relaxtui.engine.gguf_check import GATED_DELTA_NET, LLAMA_MAX_LAYERS
+from relaxtui.engine.gguf_check import GATED_DELTA_NET, LLAMA_MAX_LAYERS, check_loadable
 from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SNAPSHOT_ARCHS
 from relaxtui.errors import UserError
 
@@ -165,6 +165,8 @@ def check_parallel(k: int, paths: Sequence[Path], n_ctx: int, *, available: int 
     sequence fits in, at any K, naming the largest --ctx-size that does."""
     if k < 1:
         raise UserError(f"--parallel must be >= 1 (got {k})")
+    for path in paths:
+        check_loadable(path)  # a header llama.cpp would abort on is refused as such, before it is sized
     room = capacity(paths, n_ctx, available=available, rollback_depth=rollback_depth)
     if room.max_sequences == 0 and room.budget is not None:  # K = 1 too: llama.cpp would try, then swap or abort
         per_token = sum(kv_bytes_per_token(p) for p in paths)

@@ -79,17 +79,30 @@ class RunIdentity:
         if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
             raise UserError(f"{where / 'manifest.json'}: field {MODELS!r} must map file names to fingerprints")
         for name, fingerprint in self.models.items():
-            if name in recorded and recorded[name] != fingerprint:
+            if name in recorded and not same_file(recorded[name], fingerprint):
                 raise UserError(f"{where} was run with another file named {name} (fingerprint {recorded[name]}, "
                                 f"this one {fingerprint}): its results are not this model's; use another --out")
         return RunIdentity(self.settings, {**recorded, **self.models})
 
 
+def same_file(recorded: str, current: str) -> bool:
+    """Whether a recorded fingerprint names the current file. A fingerprint is "SIZE:SAMPLED sha256:FULL"; a
+    folder from before the full hash recorded "SIZE:SAMPLED" alone, and is held to what it recorded."""
+    return recorded == current or (" " not in recorded and recorded == current.split(" ", 1)[0])
+
+
+def full_fingerprint(path: Path) -> str:
+    """The header-and-samples fingerprint and the whole file's sha256 (remembered per file version)."""
+    from relaxtui.engine.gguf import model_fingerprint
+    from relaxtui.evals.contenthash import content_sha256
+
+    return f"{model_fingerprint(path)} sha256:{content_sha256(path)}"
+
+
 def fingerprints(paths: Mapping[str, Path | None], *,
                  fingerprint: Callable[[Path], str] | None = None) -> dict[str, str]:
     """File name -> content fingerprint for the models that exist on this machine (others are skipped)."""
-    if fingerprint is None:
-        from relaxtui.engine.gguf import model_fingerprint as fingerprint
+    fingerprint = fingerprint or full_fingerprint
     return {Path(name).name: fingerprint(path) for name, path in paths.items() if path is not None}
 
 
