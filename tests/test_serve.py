@@ -507,8 +507,9 @@ def test_a_shutdown_drains_in_flight_requests_then_frees_the_models():
     defaults = Defaults(Speculative("strict", None, 3, "model"), GREEDY, 0, None, None, DRAFT_KINDS)
     app = build_app(scheduler, ServeSettings(defaults, drain_s=WAIT_S))
     sock = bind("127.0.0.1", 0)
-    server = _server_class()(uvicorn.Config(app, log_level="warning", lifespan="on", log_config=None,
-                                            timeout_graceful_shutdown=int(WAIT_S)))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", log_config=None,
+                            timeout_graceful_shutdown=int(WAIT_S))
+    server = _server_class()(config, drain=lambda: scheduler.drain(WAIT_S))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     scheduler.ready.wait(WAIT_S)
@@ -534,6 +535,38 @@ def test_a_shutdown_drains_in_flight_requests_then_frees_the_models():
         server.should_exit = True
         thread.join(WAIT_S)
         sock.close()
+
+
+def test_a_drain_refuses_new_requests_and_ends_live_streams_with_a_finish_reason():
+    """The scheduler's drain (what SIGTERM starts before the web server stops): a new request is a 503 at once; a
+    stream that cannot finish within the drain stops at its next round and still ends properly: a last chunk
+    with finish_reason "length", then [DONE]. The request waiting for the slot is told the server is shutting
+    down."""
+    with running(FakeServedPair(1, delay_s=0.01), parallel=1) as (url, scheduler):
+        streamed: list = []
+        waiting: list = []
+        body = {"prompt": [0], "max_tokens": 4000, "stream": True}
+        first = threading.Thread(target=lambda: streamed.append(raw(url, "POST", "/v1/completions", body)))
+        second = threading.Thread(target=lambda: waiting.append(raw(url, "POST", "/v1/completions", body)))
+        first.start()
+        deadline = time.monotonic() + WAIT_S
+        while scheduler.processing < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second.start()
+        while scheduler.deferred < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        scheduler.drain(0.5)
+        status, _, payload = raw(url, "POST", "/v1/completions", {"prompt": [1], "max_tokens": 2})
+        assert status == 503 and "shutting down" in json.loads(payload)["error"]["message"]
+        first.join(WAIT_S)
+        second.join(WAIT_S)
+        assert 0.5 <= time.monotonic() - started < WAIT_S
+        status, _, payload = streamed[0]
+        lines = [line for line in payload.decode().splitlines() if line.startswith("data: ")]
+        last = json.loads(lines[-2].removeprefix("data: "))
+        assert status == 200 and lines[-1] == "data: [DONE]" and last["choices"][0]["finish_reason"] == "length"
+        assert waiting[0][0] == 503 and "shutting down" in json.loads(waiting[0][2])["error"]["message"]
 
 
 def test_a_prompt_that_starts_like_an_earlier_one_reads_only_the_rest():

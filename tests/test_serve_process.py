@@ -4,10 +4,13 @@ SmolLM2 served next to `relaxtui generate`: the same greedy text at one slot, ag
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,15 +18,25 @@ import numpy as np
 import openai
 import pytest
 
-from tests.test_serve import ROOT, WAIT_S, client
-
+from tests.test_serve import ROOT, WAIT_S, client, raw
 
 # -- the command --------------------------------------------------------------------------------------------------
+# `relaxtui serve --fake` whose fake verifier sleeps DELAY s a row (argv[1]): replies too slow to end within a drain
+SLOW_FAKE = """import sys
+import relaxtui.serve.pair as pair
+delay, base = float(sys.argv.pop(1)), pair.FakeServedPair
+pair.FakeServedPair = lambda n: base(n, delay_s=delay)
+from relaxtui.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @contextmanager
-def serve_process(*args: str):
+def serve_process(*args: str, fake_delay_s: float | None = None):
     """`relaxtui serve ... --port 0` as a subprocess; yields (base URL, process) once it prints its line."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "relaxtui.cli", "serve", "--port", "0", *args], cwd=ROOT,
+    command = ["-m", "relaxtui.cli"] if fake_delay_s is None else ["-c", SLOW_FAKE, str(fake_delay_s)]
+    process = subprocess.Popen([sys.executable, *command, "serve", "--port", "0", *args], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = process.stdout.readline()  # blocks until the line, or EOF if it died
@@ -47,6 +60,57 @@ def test_cli_contract_listening_line_key_and_sigterm_drain():
         assert reply.usage.completion_tokens == 5
         process.send_signal(signal.SIGTERM)
         assert process.wait(WAIT_S) == 0
+
+
+DRAIN_S = 2.0
+
+
+def test_sigterm_mid_stream_ends_the_stream_with_a_finish_reason_and_done_then_exits_0():
+    """Issue 34: SIGTERM while a stream runs that cannot finish within ``--drain`` (a slow fake: thousands of
+    tokens at 20 ms a row). The scheduler drains first: the stream stops at a round boundary and ends properly (a
+    last chunk with finish_reason, then [DONE]) within the drain; a new connection is refused (or a 503); the
+    process exits 0 with nothing cancelled. Was: the web server cancelled the handler at drain + 1 s (no
+    finish_reason, no [DONE], "CancelledError: timeout graceful shutdown exceeded" in the log)."""
+    with serve_process("--fake", "--drain", str(DRAIN_S), fake_delay_s=0.02) as (url, process):
+        host, port = url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=WAIT_S)
+        connection.request("POST", "/v1/completions", json.dumps({"prompt": "the cat", "max_tokens": 4000,
+                                                                  "stream": True}),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200
+        lines, signalled, after = [], 0.0, None
+        while line := response.readline():
+            if line.startswith(b"data: "):
+                lines.append(line.decode().strip())
+            if len(lines) == 5 and not signalled:
+                process.send_signal(signal.SIGTERM)
+                signalled = time.monotonic()
+                time.sleep(0.5)
+                after = _new_request(host, int(port))
+        ended = time.monotonic() - signalled
+        code = process.wait(DRAIN_S + WAIT_S)
+        exited = time.monotonic() - signalled
+        stderr = process.stderr.read()
+        connection.close()
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines if line != "data: [DONE]"]
+    reason = chunks[-1]["choices"][0]["finish_reason"]
+    print(f"\nSIGTERM after 5 chunks, --drain {DRAIN_S:g}: read {len(chunks)} data chunks, last finish_reason "
+          f"{reason!r}, [DONE] {lines[-1] == 'data: [DONE]'}; stream ended {ended:.2f} s after the signal; a new "
+          f"request then: {after}; exit code {code} after {exited:.2f} s")
+    assert reason == "length" and lines[-1] == "data: [DONE]" and all(
+        c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert ended < DRAIN_S + 2 and exited < DRAIN_S + 5 and code == 0, (ended, exited, code)
+    assert after in ("connection refused", "503"), after
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
+
+
+def _new_request(host: str, port: int) -> str:
+    try:
+        status, _, _ = raw(f"http://{host}:{port}", "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+    except ConnectionRefusedError:
+        return "connection refused"
+    return str(status)
 
 
 def test_cli_bad_options_are_one_line():

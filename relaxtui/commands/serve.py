@@ -2,16 +2,19 @@
 
 Parse, build the scheduler and the app, run uvicorn on a socket bound here (so ``--port 0`` works and the line
 ``listening on http://H:P`` names the real port). The HTTP side answers ``/health`` with 503 while the models load;
-the line is printed once they are loaded and requests are accepted. SIGINT/SIGTERM: uvicorn stops accepting,
-in-flight requests finish (``--drain`` seconds at most), then the models are freed.
+the line is printed once they are loaded and requests are accepted. SIGINT/SIGTERM: the scheduler drains first
+(new requests 503, each live sequence ends its response with a finish reason within ``--drain`` seconds and a
+round), uvicorn stops accepting and waits for the responses, then the models are freed and the exit is 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from relaxtui.commands.common import (
@@ -27,6 +30,7 @@ from relaxtui.commands.common import (
 )
 from relaxtui.costmodel.profiles import load_profile
 from relaxtui.errors import UserError
+from relaxtui.files import FileTooBig, read_regular_bytes
 from relaxtui.rules import make, split_spec
 from relaxtui.serve.protocol import Defaults, Speculative
 
@@ -47,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--timeout", type=float_option("--timeout", low=0, low_open=True), default=600.0,
                      help="per-request deadline in seconds, queue wait included")
     net.add_argument("--drain", type=float_option("--drain", low=0), default=30.0,
-                     help="on SIGINT/SIGTERM, seconds in-flight requests may still run")
+                     help="on SIGINT/SIGTERM, seconds in-flight requests may still run; then they stop at their next "
+                          "round and end with finish_reason \"length\"")
     net.add_argument("--max-body", type=int_option("--max-body", 1024), default=4 << 20,
                      help="largest request body in bytes")
     net.add_argument("--prompt-cache", choices=["longest", "exact"], default="longest",
@@ -74,12 +79,10 @@ def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
     keys = [k for k in args.api_key if k]
     if args.api_key_file is not None:
         path = Path(args.api_key_file)
-        try:
-            raw = path.read_bytes()[:MAX_KEY_FILE_BYTES + 1]
-        except OSError as exc:
-            raise UserError(f"--api-key-file {path}: cannot read it ({exc.strerror or exc})") from None
-        if len(raw) > MAX_KEY_FILE_BYTES:
-            raise UserError(f"--api-key-file {path}: larger than {MAX_KEY_FILE_BYTES} bytes")
+        try:  # a FIFO or /dev/zero: one line, never a hang or a read without end (relaxtui.files)
+            raw = read_regular_bytes(path, MAX_KEY_FILE_BYTES, "--api-key-file")
+        except FileTooBig:
+            raise UserError(f"--api-key-file {path}: larger than {MAX_KEY_FILE_BYTES} bytes") from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -132,8 +135,15 @@ def _server_class():  # type: ignore[no-untyped-def]
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
-        """uvicorn's server, but a drained shutdown exits 0 (uvicorn re-raises the signal once it has stopped);
-        a second signal stops at once."""
+        """uvicorn's server, but the scheduler drains first: on SIGINT/SIGTERM ``drain`` is called (no new requests,
+        live sequences end their responses within ``--drain`` seconds) before uvicorn closes the socket and waits
+        for the connections, with a graceful timeout longer than the drain so it never cancels a handler first. A
+        drained shutdown exits 0 (uvicorn would re-raise the signal once it has stopped); a second signal stops at
+        once."""
+
+        def __init__(self, config: uvicorn.Config, drain: Callable[[], None] = lambda: None) -> None:
+            super().__init__(config)
+            self.drain = drain
 
         def handle_exit(self, sig: int, frame: object) -> None:  # type: ignore[override]
             if self.should_exit:
@@ -141,6 +151,10 @@ def _server_class():  # type: ignore[no-untyped-def]
                 return
             print("relaxtui serve: draining in-flight requests, then freeing the models…", file=sys.stderr, flush=True)
             self.should_exit = True
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            self.drain()  # returns at once; the scheduler owns the deadline
+            await super().shutdown(sockets)
 
     return DrainingServer
 
@@ -158,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     _Server = _server_class()
     from relaxtui.serve.app import ServeSettings, build_app
     from relaxtui.serve.pair import FakeServedPair, LlamaServedPair
-    from relaxtui.serve.scheduler import LoopSettings, Scheduler
+    from relaxtui.serve.scheduler import STOP_GRACE_S, LoopSettings, Scheduler
 
     if args.fake:
         def load():  # type: ignore[no-untyped-def]
@@ -190,9 +204,11 @@ def run(args: argparse.Namespace) -> int:
 
     app = build_app(scheduler, ServeSettings(request_defaults, keys, args.max_body, args.timeout, args.drain),
                     on_started=started)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=int(args.drain) + 1,
+    # uvicorn cancels the handlers still running after its graceful timeout: past the drain and the last round
+    graceful = math.ceil(args.drain + STOP_GRACE_S) + 1
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=graceful,
                             lifespan="on", log_config=None, timeout_keep_alive=30)
-    server = _Server(config)
+    server = _Server(config, drain=lambda: scheduler.drain(args.drain))
     print(f"relaxtui serve: loading {'the fake pair' if args.fake else options.verifier} "
           f"({args.parallel} slot{'s' if args.parallel > 1 else ''})…", file=sys.stderr, flush=True)
     try:

@@ -28,8 +28,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relaxtui.errors import UserError
 from relaxtui.serve import respond
+from relaxtui.serve.body import ApiError, read_json
 from relaxtui.serve.pair import detokenize
-from relaxtui.serve.protocol import ApiError, Defaults, bad, get_bool, parse_request, read_json
+from relaxtui.serve.protocol import Defaults, parse_detokenize, parse_request, parse_tokenize
 from relaxtui.serve.render import StopText
 from relaxtui.serve.scheduler import Scheduler, Ticket
 
@@ -135,24 +136,16 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
 
     async def tokenize(request: Request) -> Response:
         served = pair()
-        body = read_json(await read_body(request, settings.max_body_bytes))
-        content = body.get("content")
-        if not isinstance(content, str):
-            raise bad("content", "must be a string")
-        tokens = await asyncio.to_thread(served.text_tokens, content, add_special=get_bool(body, "add_special", False))
-        if get_bool(body, "with_pieces", False):
+        checked = parse_tokenize(read_json(await read_body(request, settings.max_body_bytes)))
+        tokens = await asyncio.to_thread(served.text_tokens, checked.content, add_special=checked.add_special)
+        if checked.with_pieces:
             return JSONResponse({"tokens": [{"id": t, "piece": served.token_bytes(t).decode("utf-8", "replace")}
                                             for t in tokens]})
         return JSONResponse({"tokens": tokens})
 
     async def detokenize_route(request: Request) -> Response:
         served = pair()
-        body = read_json(await read_body(request, settings.max_body_bytes))
-        tokens = body.get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-            raise bad("tokens", "must be an array of token ids")
-        if any(not 0 <= t < served.n_vocab for t in tokens):
-            raise bad("tokens", f"token ids must be in 0..{served.n_vocab - 1}")
+        tokens = parse_detokenize(read_json(await read_body(request, settings.max_body_bytes)), served.n_vocab)
         return JSONResponse({"content": detokenize(served, tokens)})
 
     async def completion(request: Request, chat: bool) -> Response:

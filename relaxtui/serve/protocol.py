@@ -1,7 +1,8 @@
 """OpenAI request bodies in, checked values out.
 
 Every field a request may carry is checked here, before anything reaches the model thread, and each failure is
-one ``ApiError`` naming the field (vLLM's single error shape: ``message, type, param, code``). JSON types are
+one ``ApiError`` naming the field (vLLM's single error shape: ``message, type, param, code``). The body as a whole
+was checked first (``body.read_json``: UTF-8, strict JSON, an object, every string text). JSON types are
 exact: a bool is not a number, ``1.0`` is not an integer count, ``NaN`` is refused by the JSON reader itself.
 Fields of the OpenAI API that would change what the verifier's distribution means (penalties, logit bias, tools,
 structured output) are refused rather than ignored; fields that change nothing here (``user``, ``metadata``) are
@@ -10,8 +11,6 @@ ignored, as every OpenAI-compatible server does, so SDKs that send them keep wor
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,10 +18,10 @@ from typing import Any
 from relaxtui.decoding.drafters import DRAFT_KINDS as drafter_kinds
 from relaxtui.decoding.loop import MAX_DRAFT
 from relaxtui.decoding.sampling import MIN_TEMPERATURE, SamplingParams
-from relaxtui.display import type_name
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.rules import RULES, make, split_spec
+from relaxtui.serve.body import bad, get_bool, get_int, get_number, get_text, is_finite_number, json_type
 
 SEED_LIMIT = 2**63
 MAX_N = 16  # choices per request
@@ -36,23 +35,6 @@ _REFUSED_IF_SET = {  # OpenAI fields that would change the sampled distribution:
     "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}, "tools": [], "functions": [],
     "repetition_penalty": 1, "min_p": 0,
 }
-
-
-class ApiError(Exception):
-    """An OpenAI-style error: HTTP status, message, type, the field it is about, optional extra headers."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error",
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-
-
-def bad(param: str, message: str) -> ApiError:
-    return ApiError(400, f"{param}: {message}", param=param)
 
 
 @dataclass(frozen=True)
@@ -103,77 +85,10 @@ class CompletionRequest:
     model: str | None
 
 
-# -- JSON ----------------------------------------------------------------------------------------------------
-def _constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def read_json(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; anything else (bad UTF-8, bad JSON, NaN, a list) is a 400."""
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_constant)
-    except UnicodeDecodeError:
-        raise ApiError(400, "the request body is not UTF-8") from None
-    except RecursionError:
-        raise ApiError(400, "the request body is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, a 5000-digit integer
-        raise ApiError(400, f"the request body is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return data
-
-
-def _kind(value: object) -> str:
-    return type_name(value, array="an array")
-
-
-def get_bool(body: dict[str, Any], name: str, default: bool, where: str = "") -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise bad(where + name, f"must be a boolean (got {_kind(value)})")
-    return value
-
-
-def get_int(body: dict[str, Any], name: str, low: int, high: int, where: str = "") -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(where + name, f"must be an integer (got {_kind(value)})")
-    if not low <= value <= high:
-        raise bad(where + name, f"must be in {low}..{high} (got {value})")
-    return value
-
-
-def get_number(body: dict[str, Any], name: str, low: float, high: float, *, low_open: bool = False,
-               where: str = "") -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise bad(where + name, f"must be a number (got {_kind(value)})")
-    if value < low or value > high or (low_open and value == low):
-        span = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-        raise bad(where + name, f"must be in {span} (got {value:g})")
-    return float(value)
-
-
-def get_text(body: dict[str, Any], name: str, where: str = "") -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise bad(where + name, f"must be a string (got {_kind(value)})")
-    return value
-
-
 # -- fields --------------------------------------------------------------------------------------------------
 def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_vocab: int) -> CompletionRequest:
-    """Check a /v1/chat/completions (``chat``) or /v1/completions body against this server's defaults."""
+    """Check a /v1/chat/completions (``chat``) or /v1/completions body (from ``read_json``) against this server's
+    defaults."""
     for name, neutral in _REFUSED_IF_SET.items():
         if body.get(name) not in (None, neutral):
             raise bad(name, "is not supported by relaxtui (it would change the distribution the acceptance rules "
@@ -184,7 +99,7 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_voc
     stream = get_bool(body, "stream", False)
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
-        raise bad("stream_options", f"must be an object (got {_kind(options)})")
+        raise bad("stream_options", f"must be an object (got {json_type(options)})")
     include_usage = get_bool(options or {}, "include_usage", False, "stream_options.")
     if include_usage and not stream:
         raise bad("stream_options", "is only allowed with stream: true")
@@ -236,15 +151,14 @@ def parse_speculative(value: object, defaults: Defaults) -> Speculative:
     if value is None:
         return base
     if not isinstance(value, dict):
-        raise bad("speculative", f"must be an object (got {_kind(value)})")
+        raise bad("speculative", f"must be an object (got {json_type(value)})")
     unknown = sorted(set(value) - {"rule", "alpha", "draft_max", "draft_kind"})
     if unknown:
         raise bad(f"speculative.{unknown[0]}", "unknown field (known: rule, alpha, draft_max, draft_kind)")
     spec = get_text(value, "rule", "speculative.")
     alpha = value.get("alpha")
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
-                              or not math.isfinite(alpha)):
-        raise bad("speculative.alpha", f"must be a finite number (got {_kind(alpha)})")
+    if alpha is not None and not is_finite_number(alpha):
+        raise bad("speculative.alpha", f"must be a finite number (got {json_type(alpha)})")
     if spec is None:
         name, knob = base.rule, (float(alpha) if alpha is not None else (base.knob if "alpha" not in value else None))
     else:
@@ -307,13 +221,13 @@ def parse_thinking(body: dict[str, Any], default: bool | None) -> bool | None:
     if kwargs is None:
         return default
     if not isinstance(kwargs, dict):
-        raise bad("chat_template_kwargs", f"must be an object (got {_kind(kwargs)})")
+        raise bad("chat_template_kwargs", f"must be an object (got {json_type(kwargs)})")
     unknown = sorted(set(kwargs) - {"enable_thinking"})
     if unknown:
         raise bad(f"chat_template_kwargs.{unknown[0]}", "unknown field (known: enable_thinking)")
     value = kwargs.get("enable_thinking")
     if value is not None and not isinstance(value, bool):
-        raise bad("chat_template_kwargs.enable_thinking", f"must be a boolean (got {_kind(value)})")
+        raise bad("chat_template_kwargs.enable_thinking", f"must be a boolean (got {json_type(value)})")
     return default if value is None else value
 
 
@@ -325,10 +239,10 @@ def parse_messages(value: object) -> tuple[Message, ...]:
     for i, item in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(item, dict):
-            raise bad(where, f"must be an object (got {_kind(item)})")
+            raise bad(where, f"must be an object (got {json_type(item)})")
         role = item.get("role")
         if role not in ROLES:
-            raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)} (got {_kind(role)})")
+            raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)} (got {json_type(role)})")
         if item.get("tool_calls"):
             raise bad(f"{where}.tool_calls", "tool calls are not supported")
         messages.append(Message(ROLES[role], _content(item.get("content"), f"{where}.content")))
@@ -347,7 +261,7 @@ def _content(value: object, where: str) -> str:
                 raise bad(f"{where}[{j}]", 'only text parts ({"type": "text", "text": ...}) are supported')
             parts.append(part["text"])
         return "".join(parts)
-    raise bad(where, f"must be a string or an array of text parts (got {_kind(value)})")
+    raise bad(where, f"must be a string or an array of text parts (got {json_type(value)})")
 
 
 def parse_prompts(value: object, n_vocab: int) -> tuple[str | tuple[int, ...], ...]:
@@ -379,3 +293,29 @@ def parse_prompts(value: object, n_vocab: int) -> tuple[str | tuple[int, ...], .
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- /tokenize, /detokenize ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenizeRequest:
+    content: str
+    add_special: bool
+    with_pieces: bool
+
+
+def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
+    """llama-server's /tokenize body: ``content`` (a string), ``add_special``, ``with_pieces``."""
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise bad("content", f"must be a string (got {json_type(content)})")
+    return TokenizeRequest(content, get_bool(body, "add_special", False), get_bool(body, "with_pieces", False))
+
+
+def parse_detokenize(body: dict[str, Any], n_vocab: int) -> list[int]:
+    """llama-server's /detokenize body: ``tokens``, an array of ids in the vocabulary."""
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(_is_int(t) for t in tokens):
+        raise bad("tokens", "must be an array of token ids")
+    if any(not 0 <= t < n_vocab for t in tokens):
+        raise bad("tokens", f"token ids must be in 0..{n_vocab - 1}")
+    return tokens

@@ -23,7 +23,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.serve import render
-from relaxtui.serve.protocol import ApiError, CompletionRequest
+from relaxtui.serve.body import ApiError
+from relaxtui.serve.protocol import CompletionRequest
 from relaxtui.serve.render import Piece, StopText, Totals
 from relaxtui.serve.scheduler import Failure, Ticket
 
@@ -44,6 +45,7 @@ class Choice:
     echoed: bool = False
     finished: Finished | None = None
     failure: str | None = None
+    failed: Failure | None = None  # how (a message and a status)
     stopped_by: str | None = None  # "stop" (a stop string), "deadline"
 
     @property
@@ -71,7 +73,7 @@ class Reply:
     def take(self, choice: Choice, event: Event | Failure) -> list[Piece]:
         """Apply one event to its choice; return the pieces that can be sent now."""
         if isinstance(event, Failure):
-            choice.failure = event.message
+            choice.failure, choice.failed = event.message, event
             return []
         if isinstance(event, TokenEvent):
             choice.raw_chars += len(event.text)
@@ -134,7 +136,8 @@ async def full(request: Request, out: Reply) -> Response:
         out.ticket.cancelled.set()
     failed = [c for c in out.choices if c.failure is not None]
     if failed and len(failed) == len(out.choices):
-        raise ApiError(500, failed[0].failure or "generation failed", kind="server_error")
+        first = failed[0].failed
+        raise first.error() if first is not None else ApiError(500, "generation failed", kind="server_error")
     if not any(c.done for c in out.choices):
         raise ApiError(503, "the request's deadline passed before a slot was free (--timeout)", kind="timeout",
                        headers={"Retry-After": "1"})
@@ -183,7 +186,7 @@ async def stream(request: Request, out: Reply) -> Response:
         raise
     if isinstance(first[1], Failure) and len(out.choices) == 1:
         out.ticket.cancelled.set()
-        raise ApiError(500, first[1].message, kind="server_error")
+        raise first[1].error()
     return StreamingResponse(_sse(out, first), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

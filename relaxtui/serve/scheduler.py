@@ -7,6 +7,10 @@ request's ``Ticket`` (``loop.call_soon_threadsafe``: the model thread never touc
 ticket also carries the request's stop conditions, polled by the loop once per round for each of its sequences:
 the client went away, a stop string was seen, the deadline passed. A stopped sequence leaves the batch at that
 round and its slot takes the next job.
+
+Shutdown is the scheduler's (``drain``, called on SIGINT/SIGTERM before the web server stops): no new requests,
+the live ones get until the drain deadline, then stop at their next round and end their responses as any stopped
+sequence does; only then are the models freed (``close``).
 """
 
 from __future__ import annotations
@@ -27,18 +31,25 @@ from relaxtui.decoding.loop import GenerationConfig
 from relaxtui.errors import UserError
 from relaxtui.executors import BatchedExecutor, Closed, QueueFull
 from relaxtui.rules import make
+from relaxtui.serve.body import ApiError, bad
 from relaxtui.serve.metrics import ServerMetrics
 from relaxtui.serve.pair import ServedPair
-from relaxtui.serve.protocol import ApiError, CompletionRequest, bad
+from relaxtui.serve.protocol import CompletionRequest
 
 RETRY_AFTER_S = 1  # what a client told "busy" is asked to wait
+STOP_GRACE_S = 10.0  # past the drain deadline, how long the last round may take to end (the web server waits longer)
 
 
 @dataclass(frozen=True)
 class Failure:
-    """The loop lost this sequence (it raised while the sequence held a slot, or the server shut down)."""
+    """The loop lost this sequence (it raised while the sequence held a slot: 500), or the server shut down before
+    it got one (503)."""
 
     message: str
+    status: int = 500
+
+    def error(self) -> ApiError:
+        return ApiError(self.status, self.message, kind="server_error" if self.status == 500 else "unavailable_error")
 
 
 @dataclass(frozen=True)
@@ -102,13 +113,15 @@ class Scheduler:
                  settings: LoopSettings = LoopSettings(), log: Callable[[str], None] | None = None) -> None:
         self._load, self.max_queue, self.profile_spec, self.settings = load, max_queue, profile, settings
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.state = "loading"  # loading -> ready -> closed, or failed
+        self.state = "loading"  # loading -> ready -> draining -> closed, or failed
         self.error: str | None = None
         self.pair: ServedPair | None = None
         self.profile: CostProfile | None = None
         self.executor: BatchedExecutor | None = None
         self.metrics = ServerMetrics()
         self.ready = threading.Event()  # set once loaded, or failed
+        self._drain: threading.Thread | None = None  # the shutdown's drain, once begun
+        self._stopped = True  # the batch loop has ended (or never ran): the models may be freed
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def start(self, *, wait: bool = False) -> None:
@@ -125,6 +138,10 @@ class Scheduler:
             except BaseException:
                 pair.close()
                 raise
+            if self._drain is not None:  # shut down while it loaded
+                pair.close()
+                self.state = "closed"
+                return
             self.pair = pair
             self.executor = BatchedExecutor(pair.verifier, pair.drafter, max_waiting=self.max_queue,
                                             join_in_batch=True)  # a new request's prompt rides in the running batch
@@ -152,18 +169,41 @@ class Scheduler:
         plan = EvalPlan(draft_max=(max(1, self.settings.draft_max),), max_tokens=512)
         return from_dict(json.loads(measure_profile(loaded, plan, prompt)), THIS_MACHINE)
 
-    def close(self, timeout: float | None = 30.0) -> None:
-        """Drain: waiting and live sequences finish (up to ``timeout`` s, then stop at their next round); the
-        requests that never got a slot are told so; then the models are freed."""
-        self.state = "closed" if self.state == "ready" else self.state
-        executor, pair = self.executor, self.pair
-        if executor is not None:
-            executor.close(drain=True, timeout=timeout)
-            for job in executor.queue.clear():
-                ticket, choice = job.tag
-                ticket.deliver(choice, Failure("the server is shutting down"))
-        if pair is not None:
-            pair.close()
+    def drain(self, timeout: float) -> None:
+        """Begin the shutdown and return at once (SIGINT/SIGTERM call this before the web server stops): from now
+        on a request is a 503; live and waiting sequences run on, and those still running ``timeout`` s from now
+        stop at their next round, each ending its response with finish reason "length"; the requests that never
+        got a slot are told the server is shutting down. Later calls change nothing."""
+        if self._drain is not None:
+            return
+        if self.state == "ready":
+            self.state = "draining"
+        self._drain = threading.Thread(target=self._drain_batch, args=(timeout,), name="relaxtui-drain", daemon=True)
+        self._drain.start()
+
+    def _drain_batch(self, timeout: float) -> None:
+        executor = self.executor
+        if executor is None:
+            return
+        # up to the deadline the sequences run on (the waiting ones take the slots that free); then every live one
+        # stops at its next round; a round that has not ended after STOP_GRACE_S more is left to the process exit
+        ended = executor.close(drain=True, timeout=timeout)
+        self._stopped = ended or executor.close(drain=False, timeout=STOP_GRACE_S)
+        for job in executor.queue.clear():
+            ticket, choice = job.tag
+            ticket.deliver(choice, Failure("the server is shutting down", 503))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Drain (``drain``, begun now unless it was already), wait for it, then free the models."""
+        self.drain(timeout)
+        assert self._drain is not None
+        self._drain.join()  # bounded: the deadline, then one round (at most STOP_GRACE_S)
+        self.state = "closed" if self.state in ("ready", "draining") else self.state
+        if self.pair is not None and not self._stopped:
+            self.log(f"relaxtui serve: the batch did not stop within {STOP_GRACE_S:g} s of the drain deadline; "
+                     "the models are freed by the process exit")
+        elif self.pair is not None:
+            self.pair.close()
             self.pair = None
 
     # -- requests -----------------------------------------------------------------------------------------------
