@@ -6,6 +6,7 @@ with a grace period for processes that are already dying; time bounds are timeou
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import errno
 import json
@@ -329,13 +330,132 @@ def test_the_program_has_no_capabilities():
     assert result.ok and result.stdout.split() == ["0", "0", "1"]
 
 
+# ---- the host's kernel ------------------------------------------------------------------------------------
+
+KERNEL_WRITER = """
+import json, os
+outcome = {}
+for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sys/kernel/panic",
+             "/proc/sysrq-trigger", "/proc/irq/default_smp_affinity"):
+    try:
+        os.close(os.open(path, os.O_WRONLY))  # opened only: nothing is ever written
+        outcome[path] = "writable"
+    except OSError as error:
+        outcome[path] = error.strerror
+print(json.dumps(outcome))
+"""
+
+
+def test_the_program_cannot_write_kernel_settings():
+    """Run by root, the program is uid 0 without capabilities: still the owner of every /proc/sys file, so a
+    writable /proc would let it set core_pattern, a command the host kernel then runs as root."""
+    require("private_proc")
+    result = run_python(KERNEL_WRITER, timeout_s=10)
+    assert result.ok, result.stderr
+    assert "writable" not in json.loads(result.stdout).values(), result.stdout
+
+
+NESTED_NAMESPACE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000 | 0x00020000 | 0x02000000) == 0:  # user + mount + cgroup namespaces
+    print("made")
+else:
+    print("refused", os.strerror(ctypes.get_errno()))
+"""
+
+
+def test_the_program_cannot_make_a_user_namespace_of_its_own():
+    """In one it holds every capability again: enough to mount cgroupfs and raise its own pids.max, or lower
+    the caller's memory limit (cgroup files its uid owns when the caller is root)."""
+    require("user_ns", "no_nested_userns")
+    result = run_python(NESTED_NAMESPACE, timeout_s=10)
+    assert result.ok and result.stdout.startswith("refused"), result.stdout + result.stderr
+
+
+SHARED_MEMORY = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.shmget({key}, 1 << 20, 0o1600))  # IPC_CREAT | 0600: a segment lives until someone removes it
+"""
+
+
+def host_segments(key: int) -> list[int]:
+    """Ids of the host's SysV shared memory segments with ``key``."""
+    rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return [int(row.split()[1]) for row in rows if int(row.split()[0]) == key]
+
+
+def test_shared_memory_does_not_outlive_the_run():
+    """A segment left behind would hold host memory after the run, outside every limit of the program."""
+    if not Path("/proc/sysvipc/shm").exists():
+        pytest.skip("no SysV IPC here")
+    require("ipc_ns")
+    key = int.from_bytes(os.urandom(3), "big") + 1
+    result = run_python(SHARED_MEMORY.format(key=key), timeout_s=10)
+    left = host_segments(key)
+    try:
+        assert result.ok and int(result.stdout) >= 0, result.stderr
+        assert left == []
+    finally:
+        for shmid in left:
+            ctypes.CDLL(None).shmctl(shmid, 0, None)  # IPC_RMID
+
+
+# ---- the verdict ------------------------------------------------------------------------------------------
+
+FORGER = """
+import os, sys
+for name in ("_nonce", "_guard.py"):
+    try:
+        print(name, open(name).read()[:40])
+    except OSError as error:
+        print(name, error.strerror)
+guess = os.environ["RELAXTUI_SANDBOX_RUN"].encode()  # the only run secret it can see
+for fd in range(3, 256):
+    for forged in (guess, b"finished", b"ok"):
+        try:
+            os.write(fd, forged)
+        except OSError:
+            pass
+os._exit(0)
+assert False, "the tests"
+"""
+
+
+@pytest.mark.parametrize("program", [
+    "import os\nos._exit(0)\nassert False, 'the tests'",
+    "import sys\nsys.exit(0)\nassert False, 'the tests'",
+    "import atexit, os\natexit.register(os._exit, 0)\nassert False, 'the tests'",
+    "import os, threading, time\nthreading.Thread(target=os._exit, args=(0,)).start()\nwhile True:\n"
+    "    time.sleep(1)\nassert False, 'the tests'",
+    FORGER,
+], ids=["os-exit", "sys-exit", "atexit-os-exit", "thread-os-exit", "forges-the-verdict"])
+def test_a_program_that_stops_before_its_tests_is_not_finished(program):
+    """Exit code 0 is the program's own claim; ``finished`` is the sandbox's (a nonce the program never sees),
+    and a judge that appends tests to the program needs it: else ``os._exit(0)`` first passes every test."""
+    result = run_python(program, timeout_s=10)
+    assert result.returncode == 0 and result.ok, result.stderr
+    assert not result.finished
+
+
+def test_a_program_that_runs_to_its_end_is_finished():
+    result = run_python("import sys\nprint(sum(map(int, sys.stdin.read().split())))", stdin="2 3")
+    assert result.ok and result.finished and result.stdout == "5\n"
+    failed = run_python("assert 1 + 1 == 3")
+    assert failed.returncode == 1 and not failed.ok and not failed.finished
+    looping = run_python("while True:\n    pass", timeout_s=1)
+    assert looping.timed_out and not looping.finished
+
+
 # ---- degradation and reporting ----------------------------------------------------------------------------
 
 def test_protections_are_reported_and_the_missing_line_matches_them():
     active = sandbox.protections()
     assert all(isinstance(value, bool) for value in active.values())
     for name in ("user_ns", "mount_ns_readonly_root", "hidden_user_files", "private_tmp", "pid_ns", "net_ns",
-                 "nproc_limit", "nofile_limit", "scrubbed_env", "socket_guard", "output_cap"):
+                 "ipc_ns", "no_nested_userns", "nproc_limit", "nofile_limit", "scrubbed_env", "socket_guard",
+                 "output_cap"):
         assert name in active
     line = sandbox.missing_protections_line()
     assert (line is None) == all(active[name] for name in sandbox_plan.MISSING_TEXT)

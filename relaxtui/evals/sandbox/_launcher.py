@@ -4,9 +4,11 @@ Started as ``python -I -S _launcher.py CONFIG_JSON`` in its own session, with st
 run's pipes and ``config["status_fd"]`` a pipe back to the parent. It imports nothing outside the standard
 library (``-S``: no site-packages) and reports every protection it set up as ``ok NAME`` or ``fail NAME WHY``
 on the status pipe; a step named in ``config["require"]`` that fails aborts the run instead (``abort NAME``),
-so a program never runs with less protection than the probe promised. Process tree:
+so a program never runs with less protection than the probe promised. The program inherits one more pipe,
+the verdict pipe (its number the guard's last argument), and nothing else. Process tree:
 
-    launcher (our session; joins the pids cgroup; unshares user+mount+PID+net namespaces)
+    launcher (our session; joins the pids cgroup; unshares user+mount+PID+net+IPC namespaces; no user
+      │       namespace may be made below them)
       └─ init (PID 1 of the new PID namespace: mounts, reaps, reports the exit status; when it exits the
          │     kernel kills everything left in the namespace)
          └─ program (new session, rlimits, no capabilities, no_new_privs; execs the interpreter)
@@ -26,10 +28,12 @@ import signal
 import sys
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-NAMESPACE_FLAGS = {"user_ns": CLONE_NEWUSER, "mount_ns": CLONE_NEWNS, "pid_ns": CLONE_NEWPID, "net_ns": CLONE_NEWNET}
+NAMESPACE_FLAGS = {"user_ns": CLONE_NEWUSER, "mount_ns": CLONE_NEWNS, "pid_ns": CLONE_NEWPID, "net_ns": CLONE_NEWNET,
+                   "ipc_ns": CLONE_NEWIPC}
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOSYMFOLLOW, MS_NOATIME, MS_NODIRATIME = 32, 256, 1024, 2048
@@ -112,6 +116,14 @@ def enter_namespaces(names: list[str]) -> None:
                 handle.write(text)
 
 
+def forbid_user_namespaces() -> None:
+    """No user namespace below ours. In one the program would hold every capability again: enough to mount
+    cgroupfs and raise its own pids.max (or, run by root, the caller's memory limit). The limit belongs to our
+    namespace, and only CAP_SYS_RESOURCE in it, which the program never holds, can raise it."""
+    with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+        handle.write("0")
+
+
 def join_cgroup(path: str) -> None:
     """Move the launcher, hence every descendant, into the run's pids cgroup (it caps and lists them)."""
     with open(os.path.join(path, "cgroup.procs"), "w") as handle:
@@ -167,6 +179,12 @@ def private_workdir(workdir: str, files: dict[str, bytes], size: str) -> None:
             handle.write(data)
 
 
+def mount_proc(target: str) -> None:
+    """A fresh /proc, read-only: run by root, the program is uid 0 (without capabilities), still the owner of
+    /proc/sys/kernel/core_pattern (a command the host kernel runs as root), drop_caches, /proc/irq, ..."""
+    mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
+
+
 def add_path(root: str, path: str) -> None:
     """``path`` inside the new root as on the host: a link recreated, a directory or file bound (with its
     submounts), nothing when the host lacks it."""
@@ -207,7 +225,7 @@ def build_root(root: str, visible: list[str], workdir: str) -> None:
         remount_all_read_only([(point, kept_options) for point, kept_options in current_mounts()
                                if point == root or point.startswith(root + "/")])
         # Before the old root goes: the kernel lets a user namespace mount proc only while one is visible.
-        mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        mount_proc(root + "/proc")
         enter_root(root)
     except BaseException:
         libc.umount2(encoded(root), MNT_DETACH)  # the caller lays out the old root in place instead
@@ -244,7 +262,7 @@ def set_up_filesystem(config: dict, status: Status, new_proc: bool) -> None:
     else:
         status.step("readonly_fs", remount_all_read_only, current_mounts())
         if new_proc:
-            status.step("private_proc", mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            status.step("private_proc", mount_proc, "/proc")
     status.step("private_tmp", mount_tmpfs, "/tmp", config["tmpfs_size"])
     if os.path.isdir("/dev/shm"):
         status.step("private_shm", mount_tmpfs, "/dev/shm", config["tmpfs_size"])
@@ -334,6 +352,8 @@ def main() -> None:
         os._exit(125)  # the probe asked for these; the caller tries fewer
     for name in config["namespaces"]:
         status.send(f"ok {name}")
+    if "user_ns" in config["namespaces"]:
+        status.step("no_nested_userns", forbid_user_namespaces)
     if "pid_ns" in config["namespaces"]:
         init = os.fork()
         if init == 0:

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 # Tried in order by the probe; the first that runs a program wins.
 NAMESPACE_CHOICES: tuple[tuple[str, ...], ...] = (
-    ("user_ns", "mount_ns", "pid_ns", "net_ns"),
-    ("mount_ns", "pid_ns", "net_ns"),  # root where user namespaces are disabled
-    ("user_ns", "net_ns"),
-    ("net_ns",),
+    ("user_ns", "mount_ns", "pid_ns", "net_ns", "ipc_ns"),
+    ("mount_ns", "pid_ns", "net_ns", "ipc_ns"),  # root where user namespaces are disabled
+    ("user_ns", "net_ns", "ipc_ns"),
+    ("net_ns", "ipc_ns"),
     (),
 )
 
@@ -25,7 +25,9 @@ MISSING_TEXT = {
     "pid_ns": "no PID namespace (descendants hunted by cgroup, marker and pipe scans only)",
     "private_proc": "other processes visible in /proc (a non-root caller's environment too)",
     "net_ns": "no network namespace (socket guard only)",
+    "ipc_ns": "no IPC namespace (SysV shared memory and queues outlive the run)",
     "user_ns": "no user namespace",
+    "no_nested_userns": "the program may make user namespaces (and mount cgroupfs in them to lift its limits)",
     "no_capabilities": "capabilities not dropped",
     "nproc_limit": "no hard process-count limit (watchdog only)",
     "resource_limits": "no memory/CPU/file-size/open-file limits",
@@ -52,7 +54,8 @@ class Plan:
     def without_namespaces(self) -> Plan:
         """The fallback when ``unshare`` is not allowed (tests force it)."""
         namespace_steps = {"namespaces", "mount_private", "hidden_user_files", "readonly_fs", "private_proc",
-                           "private_tmp", "private_shm", "private_workdir", *NAMESPACE_CHOICES[0]}
+                           "private_tmp", "private_shm", "private_workdir", "no_nested_userns",
+                           *NAMESPACE_CHOICES[0]}
         return dataclasses.replace(self, namespaces=(), nproc_rlimit=False, steps=self.steps - namespace_steps)
 
     def without_cgroup(self) -> Plan:
@@ -84,6 +87,8 @@ def protections_of(plan: Plan) -> dict[str, bool]:
         "pid_ns": "pid_ns" in steps,
         "private_proc": "private_proc" in steps,
         "net_ns": "net_ns" in steps,
+        "ipc_ns": "ipc_ns" in steps,
+        "no_nested_userns": "no_nested_userns" in steps,
         "no_capabilities": "no_capabilities" in steps,
         "resource_limits": "resource_limits" in steps,
         "nofile_limit": "resource_limits" in steps,

@@ -43,9 +43,14 @@ print(json.dumps({"prefixes": [sys.prefix, sys.exec_prefix, sys.base_prefix, sys
 '''
 
 
-# The program's entry point: a socket guard for systems without a network namespace, then main.py as __main__.
-GUARD = r'''
-import socket, sys, runpy
+# The program's entry point: a socket guard for systems without a network namespace, then main.py as __main__,
+# then the verdict: the run's nonce (from NONCE_FILE, removed before main.py starts) written on the verdict pipe
+# (fd: the last argument) only when main.py ran to its end. An exit code is whatever the program chose
+# (os._exit(0) before its tests); the nonce is in none of its files, its environment or any argv: a program
+# would have to dig it out of the interpreter's memory, which is beyond naive malice.
+NONCE_FILE = "_nonce"
+GUARD = rf'''
+import os, socket, sys, runpy
 _real_socket = socket.socket
 class _NoNetworkSocket(_real_socket):
     def connect(self, address):
@@ -61,8 +66,14 @@ def _refuse(*args, **kwargs):
     raise OSError(101, "network is disabled in the relaxtui sandbox")
 socket.create_connection = _refuse
 socket.getaddrinfo = _refuse
-sys.argv = ["main.py"]
-runpy.run_path("main.py", run_name="__main__")
+def _run(verdict_fd):
+    with open({NONCE_FILE!r}, "rb") as handle:
+        nonce = handle.read()
+    os.unlink({NONCE_FILE!r})
+    sys.argv = ["main.py"]
+    runpy.run_path("main.py", run_name="__main__")
+    os.write(verdict_fd, nonce)  # not reached after an exception, sys.exit or os._exit
+_run(int(sys.argv[1]))
 '''
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from relaxtui.evals.sandbox import _procs
 from relaxtui.evals.sandbox._plan import Plan, candidate_plans, missing_line_of, protections_of
-from relaxtui.evals.sandbox._program import GUARD, PROGRAM_PYTHON, environment, visible_paths
+from relaxtui.evals.sandbox._program import GUARD, NONCE_FILE, PROGRAM_PYTHON, environment, visible_paths
 
 DEFAULT_TIMEOUT_S = 6.0
 DEFAULT_MEMORY_MB = 1024
@@ -54,9 +54,14 @@ class RunResult:
     wall_s: float = 0.0
     leftover_processes: int = 0  # processes of the run still alive after cleanup: 0 unless something escaped
     run_id: str = ""  # every process of the run starts with RELAXTUI_SANDBOX_RUN=<run_id> in its environment
+    # The program ran to its last line: no exception, no sys.exit or os._exit before it (in an atexit hook or a
+    # thread too), as its guard told us with the run's nonce. A judge that appends tests to the program needs
+    # this: ``ok`` only trusts the exit code, which ``os._exit(0)`` ahead of the tests sets to 0.
+    finished: bool = False
 
     @property
     def ok(self) -> bool:
+        """Exit code 0 and not killed: enough when the output is judged (stdin tests), not for appended tests."""
         return self.returncode == 0 and self.killed_for is None
 
     @property
@@ -278,12 +283,13 @@ class _Supervisor:
         if self._launcher_exited():
             self.process.wait()
 
-    def result(self, started: float) -> RunResult:
+    def result(self, started: float, told_nonce: bool) -> RunResult:
         stdout, stderr = self.captures.values()
         returncode = self.status.exit_code if self.status.exit_code is not None else self.process.returncode
-        return RunResult(None if self.killed_for else returncode, stdout.text(), stderr.text(),
-                         self.killed_for == "timeout", self.killed_for, stdout.total, stderr.total,
-                         time.monotonic() - started, self.leftovers, self.token)
+        returncode = None if self.killed_for else returncode
+        return RunResult(returncode, stdout.text(), stderr.text(), self.killed_for == "timeout", self.killed_for,
+                         stdout.total, stderr.total, time.monotonic() - started, self.leftovers, self.token,
+                         finished=told_nonce and returncode == 0)
 
 
 # ---- running a program ------------------------------------------------------------------------------------
@@ -292,24 +298,39 @@ def execute(code: str, *, plan: Plan, stdin: str = "", timeout_s: float = DEFAUL
             memory_mb: int = DEFAULT_MEMORY_MB, max_processes: int = DEFAULT_MAX_PROCESSES,
             ) -> tuple[RunResult, _Status]:
     """Run ``code`` under ``plan``; the result and what the launcher reported."""
-    started, token = time.monotonic(), secrets.token_hex(8)
+    started, token, nonce = time.monotonic(), secrets.token_hex(8), secrets.token_hex(16).encode()
     max_tasks = max_processes + (LAUNCHER_TASKS if "pid_ns" in plan.namespaces else LAUNCHER_TASKS - 1)
     with tempfile.TemporaryDirectory(prefix="relaxtui-sandbox-", ignore_cleanup_errors=True) as workdir:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
         Path(workdir, "_guard.py").write_text(GUARD, encoding="utf-8")
+        Path(workdir, NONCE_FILE).write_bytes(nonce)  # the guard reads and removes it before main.py runs
         cgroup = _make_cgroup(plan, token, max_tasks)
         try:
             config = _config(plan, workdir, cgroup, timeout_s, memory_mb, max_tasks)
-            process, status_fd = _launch(config, workdir, token)
-            supervisor = _Supervisor(process, status_fd, stdin.encode(), token=token, plan=plan, cgroup=cgroup,
-                                     timeout_s=timeout_s, max_tasks=max_tasks)
-            supervisor.run()
+            process, status_fd, verdict_fd = _launch(config, workdir, token)
+            try:
+                supervisor = _Supervisor(process, status_fd, stdin.encode(), token=token, plan=plan,
+                                         cgroup=cgroup, timeout_s=timeout_s, max_tasks=max_tasks)
+                supervisor.run()
+            finally:
+                told = _read_verdict(verdict_fd)
         finally:
             if cgroup:
                 cgroup.remove()
     if supervisor.status.aborted:
         raise SandboxError(f"sandbox set-up failed: {supervisor.status.aborted}")
-    return supervisor.result(started), supervisor.status
+    return supervisor.result(started, told_nonce=told == nonce), supervisor.status
+
+
+def _read_verdict(fd: int) -> bytes:
+    """What the verdict pipe holds once the run is over (never waits): the nonce alone when main.py finished."""
+    try:
+        os.set_blocking(fd, False)
+        return os.read(fd, 4096)
+    except OSError:  # nothing written (BlockingIOError)
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _make_cgroup(plan: Plan, token: str, max_tasks: int) -> _procs.PidsCgroup | None:
@@ -335,21 +356,25 @@ def _config(plan: Plan, workdir: str, cgroup: _procs.PidsCgroup | None, timeout_
             "tmpfs_size": TMPFS_SIZE, "workdir_size": WORKDIR_SIZE, "visible": list(visible_paths())}
 
 
-def _launch(config: dict, workdir: str, token: str) -> tuple[subprocess.Popen[bytes], int]:
-    """Start the launcher in a new session; the status pipe's write end goes only to it."""
+def _launch(config: dict, workdir: str, token: str) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start the launcher in a new session; the status pipe's write end goes only to it, the verdict pipe's on
+    to the program's guard (its number the guard's argument). Returns the process and both read ends."""
     env = environment(workdir, {_procs.MARKER_VAR: token})  # the launcher's and the program's: no caller's
     status_read, status_write = os.pipe()
-    config = {**config, "status_fd": status_write, "env": env}
+    verdict_read, verdict_write = os.pipe()
+    config = {**config, "status_fd": status_write, "env": env, "argv": [*config["argv"], str(verdict_write)]}
     try:
         process = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(config)], cwd=workdir,
                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   pass_fds=(status_write,), start_new_session=True)
+                                   pass_fds=(status_write, verdict_write), start_new_session=True)
     except BaseException:
         os.close(status_read)
+        os.close(verdict_read)
         raise
     finally:
         os.close(status_write)
-    return process, status_read
+        os.close(verdict_write)
+    return process, status_read, verdict_read
 
 
 # ---- the plan -------------------------------------------------------------------------------------------
