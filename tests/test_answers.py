@@ -113,3 +113,13 @@ def test_json_schema_subset():
     assert violation({"tags": [1]}, schema) == "$.tags[0]: expected string, got integer"
     assert violation({"kind": True}, schema) == "$.kind: matches none of anyOf"
     assert violation(True, {"type": "integer"}) == "$: expected integer, got boolean"  # true is not 1
+
+
+def test_a_code_answer_that_exits_0_before_the_row_tests_is_wrong():
+    """The row's tests follow the block; a block that ends the program first never ran them."""
+    code, _, _ = read_answer(table("code", {}))
+    tests = "assert add(2, 2) == 4"
+    assert code.score("```python\ndef add(a, b):\n    return a + b\n```", tests).correct
+    wrong = code.score("```python\nimport sys\ndef add(a, b):\n    return 0\nsys.exit(0)\n```", tests)
+    assert not wrong.correct and wrong.detail == "stopped before its tests ran to the end"
+    assert code.score("```python\ndef add(a, b):\n    return 0\n```", tests).correct is False

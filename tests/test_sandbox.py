@@ -124,6 +124,17 @@ def test_humaneval_scores_a_correct_and_a_wrong_completion():
     assert task.score("I don't know", sample).detail == "no code block"
 
 
+@pytest.mark.parametrize("escape", ["import os\nos._exit(0)", "import sys\nsys.exit(0)",
+                                    "import atexit, os\natexit.register(os._exit, 0)\nraise SystemExit(1)"])
+def test_a_wrong_completion_that_exits_0_before_the_tests_is_scored_wrong(escape):
+    """Exit code 0 is the program's to choose; correct means the tests ran to their end (the sandbox's nonce)."""
+    task = HumanEval()
+    sample = next(s for s in task.load() if s.id == "HumanEval/0")
+    wrong = f"```python\n{escape}\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    score = task.score(wrong, sample)
+    assert not score.correct and score.detail == "stopped before its tests ran to the end", score
+
+
 def test_lcb_stdin_and_functional_tests():
     task = LiveCodeBench(timeout_s=3)
     stdin_sample = Sample("s", (), None, {"func_name": None, "tests": [

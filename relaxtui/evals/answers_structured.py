@@ -167,7 +167,9 @@ class CodeAnswer(Reader):
             return Score(None, False, "no code block")
         result = run_python(f"{code}\n\n{gold}\n", timeout_s=self.timeout_s)
         detail = "timeout" if result.timed_out else (result.stderr.strip().splitlines() or [""])[-1][:200]
-        return Score(code, result.ok, "" if result.ok else detail or f"exit code {result.returncode}")
+        if result.ok and not result.finished:  # exit code 0 is the program's to choose: sys.exit(0) before the tests
+            detail = "stopped before its tests ran to the end"
+        return Score(code, result.finished, "" if result.finished else detail or f"exit code {result.returncode}")
 
     def default_example(self, gold: Any) -> None:
         return None  # a reference solution comes from the row (``solution = FIELD``), not from the tests

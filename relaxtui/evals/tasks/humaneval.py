@@ -53,4 +53,6 @@ class HumanEval(CodeTask):
         result = run_python(program(code, sample.meta["prompt"], sample.meta["test"], sample.meta["entry_point"]),
                             timeout_s=self.timeout_s)
         detail = "timeout" if result.timed_out else (result.stderr.strip().splitlines() or [""])[-1][:200]
-        return Score(code, result.ok, "" if result.ok else detail)
+        if result.ok and not result.finished:  # exit code 0 is the program's to choose: os._exit(0) before check()
+            detail = "stopped before its tests ran to the end"
+        return Score(code, result.finished, "" if result.finished else detail)
