@@ -72,12 +72,15 @@ class Pattern:
         self.groupindex: dict[str, int] = dict(compiled.groupindex)
 
     def search(self, text: str) -> Any:
+        """The first match: one linear pass (``finditer`` restarts after every match, quadratic on some texts)."""
         return self._compiled.search(_encodable(text))
 
     def fullmatch(self, text: str) -> Any:
         return self._compiled.fullmatch(_encodable(text))
 
     def finditer(self, text: str) -> Iterator[Any]:
+        """Every match, left to right: one search per match, each linear in the text after the last one (a pattern
+        such as ``x.*y|x`` that must look to the end for every match costs matches x length)."""
         return self._compiled.finditer(_encodable(text))
 
 
@@ -101,7 +104,11 @@ def compile_pattern(source: str, flags: tuple[str, ...] = ()) -> Pattern:
     options.max_mem = MAX_MEMORY
     options.log_errors = False  # RE2 would print its own message on stderr beside ours
     try:
-        compiled = re2.compile(f"(?{letters}){source}" if letters else source, options)
+        prefix = f"(?{letters})" if letters else ""
+        compiled = re2.compile(prefix + source, options)
+    except UnicodeEncodeError as exc:
+        raise PatternError(f"holds a lone surrogate (U+{ord(source[exc.start]):04X}) at character {exc.start}: "
+                           "not text") from None
     except re2.error as exc:
         message = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
             else str(exc)

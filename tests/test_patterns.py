@@ -4,6 +4,7 @@ need backtracking are refused when the file loads, in one line naming the field 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -103,3 +104,35 @@ def test_json_schema_patterns_run_on_re2_too():
     assert violation({"code": "aaa"}, schema) is None
     with pytest.raises(UserError, match=r"pattern: uses a backreference \(\\1\), which RE2"):
         check_schema({"type": "string", "pattern": r"(a)\1"}, "[answer] schema")
+
+
+@pytest.mark.timeout(60)
+def test_the_first_match_is_one_linear_pass_not_a_list_of_every_match(tmp_path):
+    """Listing every match restarts after each one: `x.*y|x` on 400k x's scans ~8e10 characters that way."""
+    path = regex_task(tmp_path, r"(x.*y|x)", "x", ("dotall",))
+    path.write_text(path.read_text() + 'match = "first"\n')
+    assert load_task(path).parse("x" * 400_000) == "x"
+
+
+READINGS = [  # pattern, text: matches read as Python's re reads them
+    (r"answer: (\w+)", "answer: a, then answer: b. Final answer: c!"),
+    (r"(\d+)\s*apples", "3 apples, 14 apples, 15 pears, 92 apples"),
+    (r"(?P<n>-?\d+)", "from -3 to 7 to 12"),
+    (r"\[(.*?)\]", "[one] and [two] and [three]"),
+    (r"\\boxed\{([^{}]*)\}", "so \\boxed{4}, no: \\boxed{5}"),
+]
+
+
+@pytest.mark.parametrize("source,text", READINGS, ids=range(len(READINGS)))
+def test_first_and_last_read_as_python_re_reads_them(source, text):
+    pattern = compile_pattern(source)
+    reference = [m.group(1) for m in re.finditer(source, text)]
+    assert pattern.search(text).group(1) == reference[0]
+    assert [m.group(1) for m in pattern.finditer(text)] == reference
+
+
+def test_a_pattern_holding_a_lone_surrogate_is_refused_not_a_traceback():
+    with pytest.raises(PatternError, match=r"holds a lone surrogate \(U\+D800\) at character 1"):
+        compile_pattern("a\ud800")
+    with pytest.raises(UserError, match="pattern: holds a lone surrogate"):
+        check_schema({"type": "string", "pattern": "a\ud800"}, "[answer] schema")

@@ -171,10 +171,13 @@ class Regex(Exact):
         self.last = table.choice("match", "last", ("first", "last")) == "last"
 
     def parse(self, text: str) -> str | None:
-        matches = list(self.pattern.finditer(text))
-        if not matches:
+        match = self.pattern.search(text)  # the first: one linear pass
+        if match is not None and self.last:
+            for match in self.pattern.finditer(text):  # noqa: B007 - the last one is wanted
+                pass
+        if match is None:
             return None
-        found = matches[-1 if self.last else 0].group(self.group)
+        found = match.group(self.group)
         if found is None:  # the group did not take part in the match
             return None
         return found.strip() or None
