@@ -149,9 +149,10 @@ class BatchedExecutor:
         self._thread = threading.Thread(target=serve, name="relaxtui-batch", daemon=True)
         self._thread.start()
 
-    def close(self, *, drain: bool = True, timeout: float | None = None) -> bool:
+    def close(self, *, drain: bool = True, timeout: float | None = None, grace: float | None = None) -> bool:
         """Take no more jobs; let the live and waiting ones finish (``drain``, up to ``timeout`` seconds), then stop
-        what is left at its next round. Returns whether the loop has ended."""
+        what is left at its next round, waiting ``grace`` seconds more for it (default: ``timeout`` again).
+        Returns whether the loop has ended."""
         self.queue.close()
         if not drain:
             self._stop.set()
@@ -160,5 +161,5 @@ class BatchedExecutor:
         self._thread.join(timeout)
         if self._thread.is_alive():
             self._stop.set()
-            self._thread.join(timeout)
+            self._thread.join(timeout if grace is None else grace)
         return not self._thread.is_alive()

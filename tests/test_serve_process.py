@@ -18,6 +18,7 @@ import numpy as np
 import openai
 import pytest
 
+from relaxtui.serve.scheduler import STOP_GRACE_S
 from tests.test_serve import ROOT, WAIT_S, client, raw
 
 # -- the command --------------------------------------------------------------------------------------------------
@@ -26,6 +27,7 @@ SLOW_FAKE = """import sys
 import relaxtui.serve.pair as pair
 delay, base = float(sys.argv.pop(1)), pair.FakeServedPair
 pair.FakeServedPair = lambda n: base(n, delay_s=delay)
+from relaxtui.serve.scheduler import STOP_GRACE_S
 from relaxtui.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -100,7 +102,9 @@ def test_sigterm_mid_stream_ends_the_stream_with_a_finish_reason_and_done_then_e
           f"request then: {after}; exit code {code} after {exited:.2f} s")
     assert reason == "length" and lines[-1] == "data: [DONE]" and all(
         c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
-    assert ended < DRAIN_S + 2 and exited < DRAIN_S + 5 and code == 0, (ended, exited, code)
+    # the promise, not this machine's speed: the drain, plus the one round the scheduler lets end past it
+    assert ended < DRAIN_S + STOP_GRACE_S and exited < DRAIN_S + STOP_GRACE_S + 5 and code == 0, \
+        (ended, exited, code)
     assert after in ("connection refused", "503"), after
     assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
 

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="sequences that may wait for a slot; past it 503 + Retry-After")
     net.add_argument("--timeout", type=float_option("--timeout", low=0, low_open=True), default=600.0,
                      help="per-request deadline in seconds, queue wait included")
-    net.add_argument("--drain", type=float_option("--drain", low=0), default=30.0,
+    net.add_argument("--drain", type=float_option("--drain", low=0, high=3600), default=30.0,
                      help="on SIGINT/SIGTERM, seconds in-flight requests may still run; then they stop at their next "
                           "round and end with finish_reason \"length\"")
     net.add_argument("--max-body", type=int_option("--max-body", 1024), default=4 << 20,

@@ -146,6 +146,7 @@ class Scheduler:
             self.executor = BatchedExecutor(pair.verifier, pair.drafter, max_waiting=self.max_queue,
                                             join_in_batch=True)  # a new request's prompt rides in the running batch
             self.executor.start(self._on_event, self._on_error)
+            self._stopped = False  # until a drain has seen the batch loop end
             self.state = "ready"
         except UserError as exc:
             self.state, self.error = "failed", str(exc)
@@ -187,8 +188,7 @@ class Scheduler:
             return
         # up to the deadline the sequences run on (the waiting ones take the slots that free); then every live one
         # stops at its next round; a round that has not ended after STOP_GRACE_S more is left to the process exit
-        ended = executor.close(drain=True, timeout=timeout)
-        self._stopped = ended or executor.close(drain=False, timeout=STOP_GRACE_S)
+        self._stopped = executor.close(drain=True, timeout=timeout, grace=STOP_GRACE_S)
         for job in executor.queue.clear():
             ticket, choice = job.tag
             ticket.deliver(choice, Failure("the server is shutting down", 503))
