@@ -208,6 +208,15 @@ def test_models_list_skips_a_damaged_record_with_one_warning(env):
     assert len(warnings) == 2 and all("ignoring the damaged hub record" in line for line in warnings), warnings
 
 
+def test_a_fifo_in_the_records_folder_is_skipped_not_waited_on(env):
+    records = Path(env["RELAXTUI_MODELS"]) / ".hub"
+    records.mkdir()
+    os.mkfifo(records / "mine.gguf.json")  # open() would block until a writer came
+    listing = run(env, "models", "list", timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert "ignoring the damaged hub record" in listing.stderr and "not a regular file (a FIFO)" in listing.stderr
+
+
 def test_an_unreachable_hub_is_one_line_saying_how_to_use_a_local_file(env):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 
 import pytest
@@ -224,11 +225,14 @@ def test_the_full_hash_is_read_once_per_version_of_a_file(tmp_path, monkeypatch)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + b"x" * 5000)
     assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
-    monkeypatch.setattr(hashlib, "file_digest", lambda *a, **k: pytest.fail("hashed again"))
-    assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()  # from the cache
+    real = hashlib.sha256
+    monkeypatch.setattr("relaxtui.evals.contenthash.hashlib.sha256", lambda *a: pytest.fail("hashed again"))
+    assert content_sha256(model) == real(model.read_bytes()).hexdigest()  # from the cache
     monkeypatch.undo()
     monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path / "cache"))
+    stat = model.stat()
     model.write_bytes(b"GGUF" + b"y" * 5000)  # same size, new content: a new version, hashed anew
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a tick later, on any kernel's clock
     assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
     (tmp_path / "cache" / "content-sha256.json").write_text("{not json")  # a damaged cache is rebuilt
     assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()

@@ -121,6 +121,17 @@ def test_a_turns_own_settings_go_through_the_same_checks(capsys, tmp_path, no_sc
     assert "messages[1].settings.top_p must be in (0, 1] (got 2.0)" in capsys.readouterr().err
 
 
+def test_a_message_text_that_is_not_utf8_is_refused_not_taken_and_broken_at_the_next_save(capsys, tmp_path,
+                                                                                         no_screen):
+    document = json.loads(saved_chat_text("seed", "0"))
+    document["messages"][0]["content"] = "a\ud800b"
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(document))  # ASCII JSON: the surrogate travels as the escape \ud800
+    assert main(["chat", "--fake", "--resume", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "messages[0].content is not valid UTF-8 text (U+D800 at character 1)" in err, err
+
+
 def test_a_saved_chat_with_good_settings_still_resumes(tmp_path):
     from relaxtui.tui.save import load_chat
 

@@ -3,8 +3,9 @@
 Why: the header-and-samples fingerprint (``engine.gguf.model_fingerprint``) reads ~1 MiB, so a file edited
 between two of its 16 samples (a patched tensor, same name, same size) passed for the file a run folder was
 made with. A full hash reads the file once (about a second a gigabyte); it is kept in
-``$RELAXTUI_CACHE/content-sha256.json`` under the file's device, inode, size, mtime and ctime, which no edit can
-leave all unchanged (ctime cannot be set back), so later runs pay a ``stat``.
+``$RELAXTUI_CACHE/content-sha256.json`` under the file's device, inode, size, mtime and ctime (ctime cannot be
+set back; an edit within one timestamp tick of the hash, on a kernel with coarse timestamps, is the one it could
+miss), so later runs pay a ``stat``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ def content_sha256(path: Path) -> str:
             known = _load(cache)
             if key in known:
                 return known[key]
-            digest = hashlib.file_digest(stream, "sha256").hexdigest()
+            hasher = hashlib.sha256()  # hashlib.file_digest is 3.11+; we support 3.10
+            while block := stream.read(1 << 20):
+                hasher.update(block)
+            digest = hasher.hexdigest()
     except OSError as exc:
         raise UserError(f"cannot read model file {path}: {exc.strerror or exc}") from None
     known[key] = digest

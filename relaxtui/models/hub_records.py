@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from relaxtui.files import FileRefused, read_regular_bytes
 from relaxtui.models.hub_answers import MAX_SIZE, REPO_ID, SHA256, first_line, name_problem, show
 from relaxtui.models.store import models_dir
 
@@ -61,10 +62,11 @@ def read_records(directory: Path | None = None) -> dict[str, dict[str, Any]]:
     records = {}
     folder = records_dir(directory)
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            if path.stat().st_size > MAX_RECORD:
-                raise ValueError(f"larger than {MAX_RECORD >> 20} MiB")
-            record = json.loads(path.read_bytes().decode("utf-8"))
+        try:  # a FIFO or a device named like a record: skipped, never waited on (relaxtui.files)
+            record = json.loads(read_regular_bytes(path, MAX_RECORD, "hub record").decode("utf-8"))
+        except FileRefused as exc:
+            _skip(path, exc.reason)
+            continue
         except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             _skip(path, f"not readable JSON ({first_line(exc, 80)})")
             continue

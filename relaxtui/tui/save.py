@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
-from relaxtui.checks import BadValue
+from relaxtui.checks import BadValue, utf8_problem
 from relaxtui.decoding.events import Metrics, TokenEvent
 from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
@@ -138,6 +138,8 @@ def _convert(value: object, hint: object, where: str) -> object:
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
         return float(value)  # ±Infinity stays (casc-opt's strict knob is -inf); NaN is never a saved value
     if hint is str and isinstance(value, str):
+        if problem := utf8_problem(value):  # a JSON "\ud800" escape: taken now, it would break the next save
+            raise _Invalid(f"{where} {problem}")
         return value
     names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
     raise _Invalid(f"{where} must be {names.get(hint, hint)}")  # type: ignore[call-overload]

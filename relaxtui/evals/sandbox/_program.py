@@ -46,8 +46,10 @@ print(json.dumps({"prefixes": [sys.prefix, sys.exec_prefix, sys.base_prefix, sys
 # The program's entry point: a socket guard for systems without a network namespace, then main.py as __main__,
 # then the verdict: the run's nonce (from NONCE_FILE, removed before main.py starts) written on the verdict pipe
 # (fd: the last argument) only when main.py ran to its end. An exit code is whatever the program chose
-# (os._exit(0) before its tests); the nonce is in none of its files, its environment or any argv: a program
-# would have to dig it out of the interpreter's memory, which is beyond naive malice.
+# (os._exit(0) before its tests); the nonce is in none of its files, its environment or any argv. Its limit: the
+# program shares the guard's interpreter, so one that walks the call frames (sys._getframe) can find the nonce
+# and forge the verdict; nothing inside one process can prevent that (the official HumanEval harness has the
+# same limit). It stops every exit-code trick, which is what a wrong completion stumbles into.
 NONCE_FILE = "_nonce"
 GUARD = rf'''
 import os, socket, sys, runpy
