@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relaxtui.checks import SEED_LIMIT  # the --seed flag's bound, one definition
 from relaxtui.decoding.drafters import DRAFT_KINDS as drafter_kinds
 from relaxtui.decoding.loop import MAX_DRAFT
 from relaxtui.decoding.sampling import MIN_TEMPERATURE, SamplingParams
@@ -23,7 +24,6 @@ from relaxtui.errors import UserError
 from relaxtui.rules import RULES, make, split_spec
 from relaxtui.serve.body import bad, get_bool, get_int, get_number, get_text, is_finite_number, json_type
 
-SEED_LIMIT = 2**63
 MAX_N = 16  # choices per request
 MAX_STOPS = 16
 MAX_STOP_CHARS = 512
