@@ -25,11 +25,19 @@ KV_BYTES = 2  # f16 K and V cache entries (llama.cpp's default cache type)
 STATE_BYTES = 4  # f32 recurrent conv and SSM states (llama_memory_recurrent's type_r, type_s)
 
 
-def kv_bytes_per_token(path: Path) -> int:
+Model = Path | GGUFHeader  # a header already read is not read again (a big vocabulary makes one read ~0.1 s)
+
+
+def _header(model: Model) -> GGUFHeader:
+    return model if isinstance(model, GGUFHeader) else read_header(model)
+
+
+def kv_bytes_per_token(model: Model) -> int:
     """K and V bytes one cached token costs across every layer of this model. Every value comes from a file
     that may be hostile: a missing, ill-typed, zero or negative count is a UserError naming the key, never a
     ZeroDivisionError or a negative size."""
-    header = read_header(path)
+    header = _header(model)
+    path = header.path
     meta = header.metadata
     arch = meta.get("general.architecture", "")
 
@@ -77,12 +85,12 @@ def _recurrent_layers(meta: dict, arch: str, trunk: int) -> set[int]:
     return {il for il in range(trunk) if (il + 1) % interval}
 
 
-def recurrent_bytes_per_sequence(path: Path, rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> int:
+def recurrent_bytes_per_sequence(model: Model, rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> int:
     """Recurrent-state bytes one sequence costs: per recurrent layer, its conv and SSM states (llama.cpp's
     n_embd_r, n_embd_s for Mamba-style and gated-delta-net layers) in ``1 + snapshots`` copies (the rollback
     snapshots, where llama.cpp keeps them for the architecture). 0 for a transformer, and for recurrent families
     whose header does not say their state sizes (RWKV, LFM2): those are left to llama.cpp's own allocation."""
-    header = read_header(path)
+    header = _header(model)
     meta = header.metadata
     arch = meta.get("general.architecture", "")
     sizes = [meta.get(f"{arch}.ssm.{key}") for key in ("conv_kernel", "inner_size", "state_size")]
@@ -137,22 +145,23 @@ class Capacity:
         return max(0, min(MAX_SEQUENCES, self.budget // max(1, self.bytes_per_sequence)))
 
 
-def capacity(paths: Sequence[Path], n_ctx: int, *, available: int | None = None,
+def capacity(models: Sequence[Model], n_ctx: int, *, available: int | None = None,
              rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> Capacity:
     """The largest K whose KV caches (n_ctx tokens per sequence, in every model) and recurrent states (with
     ``rollback_depth`` snapshots) fit in free memory."""
+    headers = [_header(model) for model in models]
     available = available_memory() if available is None else available
-    weights = sum(os.path.getsize(p) for p in paths)
+    weights = sum(os.path.getsize(header.path) for header in headers)
     budget = None if available is None else int(MEMORY_SHARE * max(0, available - weights))
-    per_sequence = sum(cached_tokens(p, n_ctx) * kv_bytes_per_token(p) + recurrent_bytes_per_sequence(p, rollback_depth)
-                       for p in paths)
+    per_sequence = sum(cached_tokens(h, n_ctx) * kv_bytes_per_token(h) + recurrent_bytes_per_sequence(h, rollback_depth)
+                       for h in headers)
     return Capacity(n_ctx, per_sequence, budget)
 
 
-def cached_tokens(path: Path, n_ctx: int) -> int:
+def cached_tokens(model: Model, n_ctx: int) -> int:
     """The tokens of KV cache a sequence of ``n_ctx`` gets in this model: the engine caps a context at the model's
     trained length (``ARCH.context_length``), so a huge --ctx-size costs what that length costs."""
-    meta = read_header(path).metadata
+    meta = _header(model).metadata
     trained = meta.get(f"{meta.get('general.architecture', '')}.context_length")
     if isinstance(trained, int) and not isinstance(trained, bool) and trained > 0:
         return min(n_ctx, max(16, trained))
@@ -165,12 +174,11 @@ def check_parallel(k: int, paths: Sequence[Path], n_ctx: int, *, available: int 
     sequence fits in, at any K, naming the largest --ctx-size that does."""
     if k < 1:
         raise UserError(f"--parallel must be >= 1 (got {k})")
-    for path in paths:
-        check_loadable(path)  # a header llama.cpp would abort on is refused as such, before it is sized
-    room = capacity(paths, n_ctx, available=available, rollback_depth=rollback_depth)
+    headers = [check_loadable(path) for path in paths]  # one read each; a header llama.cpp would abort on first
+    room = capacity(headers, n_ctx, available=available, rollback_depth=rollback_depth)
     if room.max_sequences == 0 and room.budget is not None:  # K = 1 too: llama.cpp would try, then swap or abort
-        per_token = sum(kv_bytes_per_token(p) for p in paths)
-        cached = sum(cached_tokens(p, n_ctx) * kv_bytes_per_token(p) for p in paths)
+        per_token = sum(kv_bytes_per_token(h) for h in headers)
+        cached = sum(cached_tokens(h, n_ctx) * kv_bytes_per_token(h) for h in headers)
         fits = max(0, room.budget - (room.bytes_per_sequence - cached)) // max(1, per_token)
         advice = f"at most --ctx-size {fits} fits" if fits >= 1 else "not even --ctx-size 1 fits: free memory"
         raise UserError(f"--ctx-size {n_ctx}: one sequence needs {room.bytes_per_sequence / 2**20:.0f} MiB of KV "
