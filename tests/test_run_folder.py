@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -179,18 +180,27 @@ def test_a_refused_run_leaves_the_folder_as_it_was(capsys, tmp_path, test_model_
     assert folder_state(out) == before
 
 
-@pytest.mark.model
-def test_a_different_model_file_under_the_recorded_name_is_refused(capsys, tmp_path, test_model_path):
+def run_on_a_copy(capsys, tmp_path, test_model_path) -> tuple[Path, list[str]]:
+    """A real one-problem eval on a copy of the test model (model.gguf), for tests that then change the copy."""
     model = tmp_path / "model.gguf"
     shutil.copyfile(test_model_path, model)
     argv = ["eval", "aime", "--limit", "1", "--max-tokens", "4", "--verifier", str(model), "--drafter", str(model),
             "--threads", "1", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
     capsys.readouterr()
-    data = bytearray(model.read_bytes())
-    at = data.index(b"general.name") + 40  # a byte of the header: another file, same name and size
+    return model, argv
+
+
+def flip_byte(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
     data[at] ^= 0x01
-    model.write_bytes(bytes(data))
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.model
+def test_a_different_model_file_under_the_recorded_name_is_refused(capsys, tmp_path, test_model_path):
+    model, argv = run_on_a_copy(capsys, tmp_path, test_model_path)
+    flip_byte(model, model.read_bytes().index(b"general.name") + 40)  # the header: another file, same name, size
     before = folder_state(tmp_path / "out")
     fails_with(capsys, argv, "another file named model.gguf")
     assert folder_state(tmp_path / "out") == before
@@ -199,17 +209,9 @@ def test_a_different_model_file_under_the_recorded_name_is_refused(capsys, tmp_p
 @pytest.mark.model
 def test_a_tensor_byte_changed_between_the_sampled_blocks_is_another_file(capsys, tmp_path, test_model_path):
     """The sampled fingerprint reads 16 blocks of the tensor data: a byte between two of them passed unseen."""
-    model = tmp_path / "model.gguf"
-    shutil.copyfile(test_model_path, model)
-    argv = ["eval", "aime", "--limit", "1", "--max-tokens", "4", "--verifier", str(model), "--drafter", str(model),
-            "--threads", "1", "--out", str(tmp_path / "out")]
-    assert main(argv) == 0
-    capsys.readouterr()
+    model, argv = run_on_a_copy(capsys, tmp_path, test_model_path)
     sampled = model_fingerprint(model)
-    data = bytearray(model.read_bytes())
-    at = read_header(model).data_offset + FINGERPRINT_SAMPLE_BYTES + 4096  # just past the first sampled block
-    data[at] ^= 0x01
-    model.write_bytes(bytes(data))
+    flip_byte(model, read_header(model).data_offset + FINGERPRINT_SAMPLE_BYTES + 4096)  # past the first block
     assert model_fingerprint(model) == sampled  # the hole: the sampled fingerprint cannot see it
     fails_with(capsys, argv, "another file named model.gguf")
 
