@@ -171,10 +171,12 @@ class Regex(Exact):
         self.last = table.choice("match", "last", ("first", "last")) == "last"
 
     def parse(self, text: str) -> str | None:
-        match = self.pattern.search(text)  # the first: one linear pass
-        if match is not None and self.last:
+        match = None
+        if self.last:
             for match in self.pattern.finditer(text):  # noqa: B007 - the last one is wanted
                 pass
+        else:
+            match = self.pattern.search(text)  # the first: one linear pass, not a list of every match
         if match is None:
             return None
         found = match.group(self.group)
