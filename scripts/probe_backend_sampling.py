@@ -73,7 +73,7 @@ def sequences(path: str, threads: int) -> None:
     import itertools
 
     from relaxtui.decoding.backend import SeqDecode
-    from relaxtui.decoding.sampling import RowSpec
+    from relaxtui.engine.api import RowSpec
     from relaxtui.engine.llama import LlamaModel
 
     def run(model: LlamaModel, lengths: tuple[int, ...]) -> list:

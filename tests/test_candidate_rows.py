@@ -20,7 +20,8 @@ from relaxtui.decoding.drafters import ModelDrafter, drafter_rows
 from relaxtui.decoding.drafting import DraftRequest
 from relaxtui.decoding.events import Finished, TokenEvent
 from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.decoding.sampling import RowSpec, SamplingParams, TopLogits, candidates, process, sample, top_of
+from relaxtui.decoding.sampling import SamplingParams, candidates, process, sample
+from relaxtui.engine.api import RowSpec, TopLogits, top_of
 from relaxtui.rules import PAPER_GRID, make
 from tests.conftest import VOCAB, fake, random_table
 from tests.test_support_path import SUPPORT_RULES, TOLERANCE, Spy, rows

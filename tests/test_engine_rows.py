@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from relaxtui.decoding.backend import SeqDecode
-from relaxtui.decoding.sampling import RowSpec, TopLogits
+from relaxtui.engine.api import RowSpec, TopLogits
 from tests.tiny_models import tiny_fixture  # noqa: F401  (the `tiny` fixture)
 
 

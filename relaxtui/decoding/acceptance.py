@@ -20,18 +20,15 @@ import numpy as np
 from relaxtui.decoding.events import Verdict
 from relaxtui.decoding.sampling import (
     Candidates,
-    Row,
-    RowSpec,
     SamplingParams,
-    TopLogits,
     bounds_support,
     candidate_count,
     candidates,
-    position,
     process,
     sample,
     scatter,
 )
+from relaxtui.engine.api import Row, RowSpec, TopLogits, position
 from relaxtui.errors import NumericsError
 from relaxtui.rules.base import Rule, accept_chance, require_finite, require_finite_values, residual
 

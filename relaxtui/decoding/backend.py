@@ -14,12 +14,11 @@ The single-sequence methods (``decode``, ``rollback``, ``n_past``…) act on seq
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from relaxtui.decoding.sampling import RowSpec, top_of
+from relaxtui.engine.api import RowSpec, SeqDecode, top_of
 from relaxtui.errors import ContextFull
 
 
@@ -38,16 +37,6 @@ class Backend(Protocol):
     def reset(self) -> None: ...
     def is_eog(self, token: int) -> bool: ...
     def token_piece(self, token: int, *, special: bool = False) -> bytes: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SeqDecode:
-    """One sequence's part of a batch: tokens appended at its own position, logits for the rows named
-    (indices into ``tokens``, negative allowed)."""
-
-    seq: int
-    tokens: Sequence[int]
-    logits_rows: Sequence[int] = ()
 
 
 class MultiBackend(Backend, Protocol):
@@ -252,13 +241,6 @@ def rows_through_decode_many(model: MultiBackend, seqs: Sequence[int], blocks: S
     items = [SeqDecode(seq, block, [-1] if last else range(len(block)))
              for seq, block in zip(seqs, blocks, strict=True)]
     return model.decode_many(items)
-
-
-def row_order(n_tokens: int, logits_rows: Sequence[int]) -> tuple[list[int], list[int]]:
-    """(distinct rows in ascending order, where each asked-for row sits in that list): a batch computes each
-    row once, the caller gets them in the order and multiplicity it asked for."""
-    rows = sorted({r % n_tokens for r in logits_rows}) if n_tokens else []
-    return rows, [rows.index(r % n_tokens) for r in logits_rows]
 
 
 LogitsFn = Callable[[tuple[int, ...]], np.ndarray]

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.api import MAX_DRAFT
 from relaxtui.errors import UserError
 
-MAX_DRAFT = 64
 BONUS_POLICIES = ("auto", "target", "relaxed")
 
 

@@ -25,10 +25,7 @@ from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.prefill import ReusePolicy, common_prefix, copy_cached_prompt, prefill
 from relaxtui.decoding.sampling import (
     Candidates,
-    Row,
-    RowSpec,
     SamplingParams,
-    TopLogits,
     argmax,
     candidate_count,
     candidates,
@@ -37,6 +34,7 @@ from relaxtui.decoding.sampling import (
     scatter,
 )
 from relaxtui.decoding.vocab import VocabInfo, check_vocab
+from relaxtui.engine.api import Row, RowSpec, TopLogits
 from relaxtui.errors import UserError
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from typing import Protocol
 import numpy as np
 
 from relaxtui.decoding.prefill import ReusePolicy
-from relaxtui.decoding.sampling import Candidates, SamplingParams, TopLogits, scatter
+from relaxtui.decoding.sampling import Candidates, SamplingParams, scatter
+from relaxtui.engine.api import TopLogits
 from relaxtui.errors import UserError
 
 

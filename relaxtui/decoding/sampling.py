@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relaxtui.engine.api import Row, TopLogits, as_array, as_plain
 from relaxtui.errors import NumericsError, UserError
 
 _FEW = 256  # a distribution this short is drawn from in Python floats (sample)
@@ -50,16 +51,6 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return z
 
 
-def _array(values: np.ndarray | Sequence, dtype: type) -> np.ndarray:
-    """``values`` as an array, made once (the classes below keep plain numbers until asked for arrays)."""
-    return values if isinstance(values, np.ndarray) else np.array(values, dtype=dtype)
-
-
-def _plain(values: np.ndarray | Sequence) -> Sequence:
-    """``values`` as plain Python numbers, converting only an array."""
-    return values.tolist() if isinstance(values, np.ndarray) else values
-
-
 class Candidates:
     """A processed distribution on its support: ascending token ids and their probabilities (float64, sum 1).
 
@@ -77,13 +68,13 @@ class Candidates:
     @property
     def ids(self) -> np.ndarray:
         """int64, ascending, unique."""
-        self._ids = _array(self._ids, np.int64)
+        self._ids = as_array(self._ids, np.int64)
         return self._ids
 
     @property
     def probs(self) -> np.ndarray:
         """float64, aligned with ids."""
-        self._probs = _array(self._probs, np.float64)
+        self._probs = as_array(self._probs, np.float64)
         return self._probs
 
     def __len__(self) -> int:
@@ -94,7 +85,7 @@ class Candidates:
 
     def as_lists(self) -> tuple[Sequence[int], Sequence[float]]:
         """(ids, probs) as plain Python numbers (read-only), without making arrays of them."""
-        return _plain(self._ids), _plain(self._probs)
+        return as_plain(self._ids), as_plain(self._probs)
 
     def top_prob(self) -> float:
         """The largest probability (--draft-p-min's confidence), without making arrays."""
@@ -128,112 +119,6 @@ class Candidates:
         """Where ``pick`` lands among the candidates (``sample(self.probs, rng)``); a generator is drawn from only
         once the probabilities have passed their checks. A support of thousands (top-p alone) is summed by numpy."""
         return _draw(self._probs, uniform)
-
-
-@dataclass(frozen=True, slots=True)
-class RowSpec:
-    """What a sequence asks the engine for instead of whole logits rows: each row's ``k`` largest raw logits with
-    their ids (llama.cpp computes them in the graph, on the GPU when the model is there) and, with ``normaliser``,
-    the row's log-normaliser at T=1 (a pass over the vocabulary, paid only by consumers of log p(x))."""
-
-    k: int
-    normaliser: bool = False
-
-
-class TopLogits:
-    """The top of one raw logits row as the engine hands it: the ``k`` largest logits and their ids (in no
-    particular order) and, when asked, log Σ exp(logits) over the whole row (so log p(x) at T=1 = logit(x) − it).
-
-    Top-k/top-p with ``top_k <= k`` need nothing else: ``candidates`` and ``process`` give, from it, the same
-    processed distribution as from the whole row. Immutable by convention. ``ids`` and ``logits`` may come as plain
-    number sequences (greedy's one-candidate rows do, from the engine) and become arrays when first read as such:
-    most such rows are only asked their ``argmax``, and right after a decode the first numpy call costs tens of
-    microseconds on a CPU whose caches the model's weights have flushed."""
-
-    __slots__ = ("_ids", "_logits", "vocab_size", "log_norm", "complete")
-
-    def __init__(self, ids: np.ndarray | Sequence[int], logits: np.ndarray | Sequence[float], vocab_size: int,
-                 log_norm: float | None = None, complete: bool = False) -> None:
-        self._ids, self._logits = ids, logits
-        self.vocab_size = vocab_size
-        self.log_norm = log_norm
-        self.complete = complete  # the candidates are the whole row (k >= its vocabulary; a fitted row's pads: -inf)
-
-    @property
-    def ids(self) -> np.ndarray:
-        """int, [k]."""
-        self._ids = _array(self._ids, np.int64)
-        return self._ids
-
-    @property
-    def logits(self) -> np.ndarray:
-        """float32, [k]."""
-        self._logits = _array(self._logits, np.float32)
-        return self._logits
-
-    def as_lists(self) -> tuple[Sequence[int], Sequence[float]]:
-        """(ids, logits) as plain Python numbers (read-only), without making arrays of them."""
-        return _plain(self._ids), _plain(self._logits)
-
-    def __len__(self) -> int:
-        """How many candidates the row holds (k)."""
-        return len(self._ids)
-
-    def __repr__(self) -> str:
-        return f"TopLogits(k={len(self)}, vocab_size={self.vocab_size}, log_norm={self.log_norm})"
-
-    def argmax(self) -> int:
-        """The likeliest id; among equal logits the lowest id, as ``np.argmax`` of the whole row picks."""
-        if len(self._ids) == 1:  # greedy's row: the engine's argmax alone (plain numbers: this runs per row)
-            value = float(self._logits[0])
-            if not math.isfinite(value):
-                raise NumericsError(f"the logits hold a non-finite value ({value}) at token {int(self._ids[0])}")
-            return int(self._ids[0])
-        top = self.logits.max()
-        if not np.isfinite(top):
-            at = self.ids[np.argmax(self.logits)]
-            raise NumericsError(f"the logits hold a non-finite value ({top}) at token {at}")
-        return int(self.ids[self.logits == top].min())
-
-    def probs(self) -> np.ndarray | None:
-        """Each candidate's probability at T=1 under the whole row (None without the normaliser)."""
-        return None if self.log_norm is None else np.exp(self.logits.astype(np.float64) - self.log_norm)
-
-    def log_prob(self, token: int) -> float | None:
-        """log p(token) at T=1; None without the normaliser or for a token outside the top k."""
-        if self.log_norm is None:
-            return None
-        at = position(self.ids, token)
-        return float(self.logits[at]) - self.log_norm if at is not None else None
-
-    def fitted(self, vocab_size: int) -> TopLogits:
-        """The same row for a vocabulary of ``vocab_size`` (a drafter's padding ids beyond it dropped)."""
-        if vocab_size == self.vocab_size:
-            return self
-        keep = self.ids < vocab_size
-        return TopLogits(self.ids[keep], self.logits[keep], vocab_size, self.log_norm, self.complete)
-
-
-def position(ids: np.ndarray, token: int) -> int | None:
-    """Where ``token`` sits in a candidate row's ids (in no particular order); None when it is not there."""
-    at = np.flatnonzero(ids == token)
-    return int(at[0]) if len(at) else None
-
-
-Row = np.ndarray | TopLogits  # one raw logits row: whole (the dense path) or its top (candidate rows)
-
-
-def top_of(logits: np.ndarray, spec: RowSpec) -> TopLogits:
-    """What the engine hands for ``spec`` from a whole row, computed in numpy (the fake backend's candidate rows,
-    and the reference the engine's are checked against)."""
-    k = min(spec.k, logits.shape[-1])
-    ids = np.argpartition(logits, -k)[-k:] if k < logits.shape[-1] else np.arange(logits.shape[-1])
-    log_norm = None
-    if spec.normaliser:
-        top = float(np.max(logits))
-        log_norm = top + float(np.log(np.exp(logits.astype(np.float64) - top).sum()))
-    return TopLogits(ids.astype(np.int64), np.asarray(logits, dtype=np.float32)[ids], logits.shape[-1], log_norm,
-                     complete=k >= logits.shape[-1])
 
 
 def scatter(rows: Sequence[Candidates], vocab_size: int) -> np.ndarray:
@@ -375,7 +260,7 @@ def _draw(probs: np.ndarray | Sequence[float], uniform: float | np.random.Genera
     """``sample``'s index, from ``uniform`` (or the generator's next, drawn after the checks): a long array by
     ``np.cumsum``, anything short in plain floats (the same sequential sums; float32 ones would differ)."""
     if not isinstance(probs, np.ndarray) or (len(probs) <= _FEW and probs.dtype == np.float64):
-        return _inverse_cdf(_plain(probs), uniform)
+        return _inverse_cdf(as_plain(probs), uniform)
     cumulative = np.cumsum(probs)
     total = _checked_total(float(cumulative[-1]))
     index = int(np.searchsorted(cumulative, (uniform if isinstance(uniform, float) else uniform.random()) * total,

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from relaxtui.decoding.backend import SeqDecode, row_order, rows_through_decode_many
+from relaxtui.decoding.backend import rows_through_decode_many
+from relaxtui.engine.api import SeqDecode, row_order
 from relaxtui.errors import ContextFull
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from relaxtui.decoding.sampling import RowSpec, TopLogits
+from relaxtui.engine.api import RowSpec, TopLogits
 
 try:
     import llama_cpp as _llama

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from relaxtui import envvars
-from relaxtui.decoding.backend import SeqDecode, SequenceView
-from relaxtui.decoding.config import MAX_DRAFT
-from relaxtui.decoding.sampling import RowSpec
+from relaxtui.decoding.backend import SequenceView
+from relaxtui.engine.api import MAX_DRAFT, RowSpec, SeqDecode
 from relaxtui.engine.batching import BatchDecoding
 from relaxtui.engine.candidates import CandidateSamplers
 from relaxtui.engine.gguf import read_header
