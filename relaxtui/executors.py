@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from relaxtui.decoding.backend import MultiBackend
 from relaxtui.decoding.batched import Job, stream_many
 from relaxtui.decoding.events import Event, Finished
+from relaxtui.engine.api import Model
 
 __all__ = ["BatchedExecutor", "Closed", "JobQueue", "QueueFull"]
 
@@ -96,7 +96,7 @@ class _Tracked:
 class BatchedExecutor:
     """One pair's contexts, ``verifier.n_seq`` sequences at a time, fed while it runs (module docstring)."""
 
-    def __init__(self, verifier: MultiBackend, drafter: Any = None, *, max_waiting: int | None = None,
+    def __init__(self, verifier: Model, drafter: Any = None, *, max_waiting: int | None = None,
                  join_in_batch: bool = False) -> None:
         """``join_in_batch``: arriving jobs send their prompts in the running verify batches (``stream_many``)."""
         self.verifier, self.drafter, self.join_in_batch = verifier, drafter, join_in_batch

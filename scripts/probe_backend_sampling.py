@@ -72,8 +72,7 @@ def sequences(path: str, threads: int) -> None:
     """Candidate rows on a context of four sequences against whole rows, for every small length pattern."""
     import itertools
 
-    from relaxtui.decoding.backend import SeqDecode
-    from relaxtui.engine.api import RowSpec
+    from relaxtui.engine.api import RowSpec, SeqDecode
     from relaxtui.engine.llama import LlamaModel
 
     def run(model: LlamaModel, lengths: tuple[int, ...]) -> list:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.acceptance import accept_round
+from relaxtui.decoding.acceptance import Acceptance, accept_draft
+from relaxtui.decoding.drafting import Draft
 from relaxtui.decoding.events import Verdict
 from relaxtui.decoding.sampling import SamplingParams, process, sample
 from relaxtui.errors import NumericsError, UserError
@@ -34,8 +35,8 @@ def test_greedy_is_exact_argmax_matching(draft, argmaxes, expected_tokens, expec
     for row, best in enumerate(argmaxes):
         target[row, best] = 3.0
     draft_logits = np.zeros((len(draft), 4))
-    emitted = accept_round(draft, np.zeros((len(draft), 4)), draft_logits, target, Strict(),
-                           SamplingParams(temperature=0), np.random.default_rng(0))
+    emitted = accept_draft(Draft(draft, np.zeros((len(draft), 4)), draft_logits), target,
+                           Acceptance(Strict(), SamplingParams(temperature=0)), np.random.default_rng(0))
     assert [e.token_id for e in emitted] == expected_tokens
     assert [e.verdict.value for e in emitted] == expected_verdicts
 
@@ -44,7 +45,7 @@ def test_greedy_is_exact_argmax_matching(draft, argmaxes, expected_tokens, expec
 def test_zero_draft_probability_always_rejects():
     p, q = np.array([0.5, 0.5, 0.0]), np.array([1.0, 0.0, 0.0])
     assert acceptance_probability(p, q, 1) == 0.0
-    emitted = accept_round([1], q[None], None, np.stack([logits_of(p)] * 2), Strict(), PLAIN,
+    emitted = accept_draft(Draft([1], q[None], None), np.stack([logits_of(p)] * 2), Acceptance(Strict(), PLAIN),
                            np.random.default_rng(0))
     assert emitted[0].verdict is Verdict.RESAMPLED and emitted[0].rejected_token == 1
 
@@ -65,7 +66,7 @@ def test_single_position_marginal_is_p():
     target = np.stack([logits_of(p), logits_of(p)])
     for _ in range(draws):
         x = sample(q, rng)
-        emitted = accept_round([x], q[None], None, target, Strict(), PLAIN, rng)
+        emitted = accept_draft(Draft([x], q[None], None), target, Acceptance(Strict(), PLAIN), rng)
         counts[emitted[0].token_id] += 1
     tolerance = 5 * np.sqrt(p * (1 - p) / draws)
     assert np.all(np.abs(counts / draws - p) <= tolerance)

@@ -8,13 +8,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import FakeBackend, SeqDecode, markov_logits
 from relaxtui.decoding.batched import Job, generate_many
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.api import SeqDecode
+from relaxtui.engine.fake import FakeBackend, markov_logits
 from relaxtui.errors import UserError
 from relaxtui.rules import make
 from tests.conftest import VOCAB
@@ -99,34 +101,19 @@ def test_a_sequence_rejected_at_its_first_draft_leaves_its_neighbours_caches_alo
 def test_rollback_of_one_sequence_touches_no_other():
     backend = multi(cycle_table(), 2)
     backend.decode_many([backend_item(0, [1, 2, 3, 4]), backend_item(1, [5, 0, 1])])
-    backend.rollback_seq(0, 1)
+    backend.rollback(0, 1)
     assert backend.tokens_of(0) == [1] and backend.tokens_of(1) == [5, 0, 1]
-    backend.clear_seq(1)
+    backend.clear(1)
     assert backend.tokens_of(0) == [1] and backend.tokens_of(1) == []
 
 
 def backend_item(seq, tokens):
-    from relaxtui.decoding.backend import SeqDecode
+    from relaxtui.engine.api import SeqDecode
 
     return SeqDecode(seq, tokens, [-1])
 
 
 # -- drafters without a model, stopping, bad input ------------------------------------------------------------------
-def test_a_sequence_view_seen_as_many_sequences_answers_with_its_own_sequence(markov_pair):
-    """A drafter built on one sequence of a shared context (``model.sequence(k)``) sees it as a one-sequence
-    ``MultiBackend`` (``as_multi``): its rollback checks, checkpoints and restores reach that sequence's own API."""
-    from relaxtui.decoding.backend import SequenceView, as_multi
-
-    model = FakeBackend(markov_logits(markov_pair[0]), VOCAB, n_seq=2)
-    model.decode_many([SeqDecode(1, [1, 2, 3, 4])])
-    multi = as_multi(SequenceView(model, 1))
-    assert multi.n_seq == 1 and list(multi.tokens_of(0)) == [1, 2, 3, 4] and multi.can_rollback(0, 2)
-    saved = multi.checkpoint(0)
-    multi.decode_many([SeqDecode(0, [5])])
-    multi.restore(saved)
-    assert model.caches[1] == [1, 2, 3, 4] and model.caches[0] == []
-
-
 def test_ngram_drafter_runs_per_sequence():
     prompt = [1, 2, 3, 1, 2]
     jobs = [Job(prompt, GenerationConfig(draft_max=2, max_tokens=8, sampling=GREEDY, seed=i), tag=i)
@@ -383,18 +370,16 @@ def test_a_joining_job_whose_client_left_stops_alone(markov_pair):
 def test_longest_reuse_copies_the_longest_common_prefix_another_sequence_holds(markov_pair):
     """A server's prompt cache ("longest"): a new prompt that shares its first tokens (a system prompt) with what
     another sequence holds copies those and decodes the rest; "exact" copies only a whole prompt."""
-    from relaxtui.decoding.backend import SequenceView
     from relaxtui.decoding.prefill import copy_cached_prompt, prefill
 
     target, _ = markov_pair
     verifier = multi(target, 3)
     verifier.decode_many([SeqDecode(1, [1, 2, 3, 4, 5]), SeqDecode(2, [1, 2, 0])])
-    view = SequenceView(verifier, 0)
-    copy_cached_prompt(view, [1, 2, 3, 4, 0, 1], "exact")
-    assert verifier.shared == [] and list(view.cached_tokens) == []
-    copy_cached_prompt(view, [1, 2, 3, 4, 0, 1], "longest")
-    assert verifier.shared == [(1, 0, 4)] and list(view.cached_tokens) == [1, 2, 3, 4]
-    assert prefill(view, [1, 2, 3, 4, 0, 1], reuse="longest") == (2, True)  # only the rest is decoded
+    copy_cached_prompt(verifier, 0, [1, 2, 3, 4, 0, 1], "exact")
+    assert verifier.shared == [] and list(verifier.tokens_of(0)) == []
+    copy_cached_prompt(verifier, 0, [1, 2, 3, 4, 0, 1], "longest")
+    assert verifier.shared == [(1, 0, 4)] and list(verifier.tokens_of(0)) == [1, 2, 3, 4]
+    assert prefill(verifier, 0, [1, 2, 3, 4, 0, 1], reuse="longest") == (2, True)  # only the rest is decoded
 
 
 def test_longest_reuse_on_the_joining_path_changes_no_token(markov_pair):

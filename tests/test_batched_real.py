@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import SeqDecode
 from relaxtui.decoding.batched import Job, generate_many
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.api import SeqDecode
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.session import prompt_tokens
 
@@ -18,9 +19,9 @@ GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = ("Write a haiku about the sea.", "What is 12 times 7?", "Name three primary colours.",
            "Explain recursion in one sentence.")
 # Measured on the 2-core AMD EPYC VM (llama-cpp-python 0.3.36, AVX-512 build): agreement 1.000 per token and
-# 1.000 per job (8 jobs x 24 tokens). Another CPU's batched kernels may round differently (SPEC §6) and flip a
-# near-tie late in a reply, so the bound leaves room for that and nothing more: a broken cache or a mixed-up
-# sequence diverges early and falls far below it.
+# 1.000 per job (8 jobs x 24 tokens). Another CPU's batched kernels may round differently
+# (docs/architecture.md#llamacpp-pitfalls) and flip a near-tie late in a reply, so the bound leaves room for that and
+# nothing more: a broken cache or a mixed-up sequence diverges early and falls far below it.
 MIN_AGREEMENT = 0.95
 
 
@@ -42,9 +43,8 @@ def test_four_sequences_agree_with_one_at_a_time(test_model_path):
         draft_model.reset()
         rates = []
         for job in jobs:
-            *_, alone = generate(verifier.sequence(0), job.prompt, job.config,
-                                 drafter=ModelDrafter(draft_model.sequence(0), verifier.n_vocab) if job.speculative
-                                 else None)
+            *_, alone = generate(verifier, job.prompt, job.config,  # sequence 0, alone
+                                 drafter=ModelDrafter(draft_model, verifier.n_vocab) if job.speculative else None)
             assert isinstance(alone, Finished)
             rates.append(agreement(batched[job.tag].token_ids, alone.token_ids))
     print(f"greedy agreement K=4 vs K=1: {np.mean(rates):.3f} per token, {np.mean([r == 1 for r in rates]):.3f} "
@@ -59,11 +59,11 @@ def test_rejecting_a_first_draft_leaves_the_neighbours_cache_bit_identical(test_
     def next_logits(reject: bool) -> np.ndarray:
         with LlamaModel(test_model_path, n_ctx=128, n_seq=2) as model:
             a, b = model.tokenize("The cat sat on"), model.tokenize("Once upon a time")
-            model.sequence(0).decode(a[:-1])
-            model.sequence(1).decode(b[:-1])
+            model.decode(0, a[:-1])
+            model.decode(1, b[:-1])
             model.decode_many([SeqDecode(0, [a[-1], 11, 12, 13], range(4)), SeqDecode(1, [b[-1], 21, 22], range(3))])
             if reject:
-                model.rollback_seq(0, len(a))
+                model.rollback(0, len(a))
                 assert list(model.tokens_of(0)) == a
             assert list(model.tokens_of(1)) == [*b, 21, 22]
             return model.decode_many([SeqDecode(0, [14], [0]), SeqDecode(1, [23], [0])])[1]
@@ -78,14 +78,14 @@ def test_a_copied_prompt_gives_the_logits_of_a_fresh_prefill(test_model_path):
     2 held other text, and the second copy's source (1) is itself a copy still waiting to happen."""
     with LlamaModel(test_model_path, n_ctx=128, n_seq=4) as model:
         prompt = model.tokenize("The quick brown fox jumps over")
-        model.sequence(0).decode(prompt[:-1])
-        model.sequence(0).decode([prompt[-1], 11, 12])
-        model.sequence(2).decode(model.tokenize("Unrelated words that fill the cache"))
+        model.decode(0, prompt[:-1])
+        model.decode(0, [prompt[-1], 11, 12])
+        model.decode(2, model.tokenize("Unrelated words that fill the cache"))
         model.share_prefix(0, 1, len(prompt) - 1)
         model.share_prefix(1, 2, len(prompt) - 1)
-        copies = [model.sequence(seq).decode([prompt[-1], 40], [0, 1]) for seq in (1, 2)]
-        model.sequence(3).decode(prompt[:-1])
-        fresh = model.sequence(3).decode([prompt[-1], 40], [0, 1])
+        copies = [model.decode(seq, [prompt[-1], 40], [0, 1]) for seq in (1, 2)]
+        model.decode(3, prompt[:-1])
+        fresh = model.decode(3, [prompt[-1], 40], [0, 1])
         assert [list(model.tokens_of(seq)) for seq in (1, 2, 3)] == [[*prompt, 40]] * 3
         assert list(model.tokens_of(0)) == [*prompt, 11, 12]
         for copied in copies:

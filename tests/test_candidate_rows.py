@@ -13,15 +13,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from relaxtui.decoding.acceptance import accept_round, row_spec
-from relaxtui.decoding.backend import FakeBackend, markov_logits
+from relaxtui.decoding.acceptance import Acceptance, accept_draft, row_spec
 from relaxtui.decoding.batched import Job, generate_many
-from relaxtui.decoding.drafters import ModelDrafter, drafter_rows
-from relaxtui.decoding.drafting import DraftRequest
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.draft_steps import drafter_rows
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.drafting import Draft, DraftRequest
 from relaxtui.decoding.events import Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, candidates, process, sample
 from relaxtui.engine.api import RowSpec, TopLogits, top_of
+from relaxtui.engine.fake import FakeBackend, markov_logits
 from relaxtui.rules import PAPER_GRID, make
 from tests.conftest import VOCAB, fake, random_table
 from tests.test_support_path import SUPPORT_RULES, TOLERANCE, Spy, rows
@@ -70,8 +72,9 @@ def test_every_rule_decides_the_same_on_the_engines_candidates(name, knob):
         spec = row_spec(rule, sampling, 2000)
         assert spec == RowSpec(sampling.top_k)
         top = [top_of(row, RowSpec(spec.k, normaliser=True)) for row in target]
-        engine = accept_round(tokens, q, None, top, rule, sampling, np.random.default_rng(seed))
-        whole = accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed), dense=True)
+        engine = accept_draft(Draft(tokens, q, None), top, Acceptance(rule, sampling), np.random.default_rng(seed))
+        whole = accept_draft(Draft(tokens, q, q_logits), target, Acceptance(rule, sampling, dense=True),
+                             np.random.default_rng(seed))
         assert [(e.token_id, e.verdict, e.rejected_token) for e in engine] == \
                [(e.token_id, e.verdict, e.rejected_token) for e in whole]
         for a, b in zip(engine, whole, strict=True):
@@ -91,8 +94,8 @@ def test_greedy_takes_the_engines_argmax(seed, normaliser):
     tokens = [int(np.argmax(target[0])), int(np.argmax(target[1])), seed]  # accepted, accepted, likely rejected
     q = np.stack([process(row, greedy) for row in target[:3]])
     top = [top_of(row, RowSpec(1, normaliser)) for row in target]
-    engine = accept_round(tokens, q, None, top, make("strict"), greedy, np.random.default_rng(0))
-    whole = accept_round(tokens, q, None, target, make("strict"), greedy, np.random.default_rng(0))
+    engine = accept_draft(Draft(tokens, q, None), top, Acceptance(make("strict"), greedy), np.random.default_rng(0))
+    whole = accept_draft(Draft(tokens, q, None), target, Acceptance(make("strict"), greedy), np.random.default_rng(0))
     assert [(e.token_id, e.verdict) for e in engine] == [(e.token_id, e.verdict) for e in whole]
     for a, b in zip(engine, whole, strict=True):
         if normaliser:
@@ -238,11 +241,11 @@ def test_llama_cpp_hands_the_top_k_of_its_own_whole_rows(test_model_path, spec):
 
     with LlamaModel(test_model_path, n_ctx=256, n_threads=1) as model:
         tokens = model.tokenize("The sea is calm tonight, and")
-        whole = model.decode(tokens, logits_rows=range(len(tokens) - 4, len(tokens)))
-        model.rollback(len(tokens) - 4)
+        whole = model.decode(0, tokens, logits_rows=range(len(tokens) - 4, len(tokens)))
+        model.rollback(0, len(tokens) - 4)
         assert model.set_candidates(0, spec)
         before = model.copied_bytes
-        top = model.decode(tokens[-4:], logits_rows=[0, 1, 2, 3, 3])
+        top = model.decode(0, tokens[-4:], logits_rows=[0, 1, 2, 3, 3])
         assert model.copied_bytes - before <= 4 * spec.k * 12
         for row, found in zip([*whole, whole[3]], top, strict=True):
             assert isinstance(found, TopLogits) and len(found.ids) == spec.k
@@ -255,13 +258,13 @@ def test_llama_cpp_hands_the_top_k_of_its_own_whole_rows(test_model_path, spec):
                 assert found.log_norm == pytest.approx(lse, abs=1e-5)
             else:
                 assert found.log_norm is None
-        model.rollback(len(tokens) - 4)
-        gapped = model.decode(tokens[-4:], logits_rows=[0, 2, 3])  # outputs not one stride apart: row by row
+        model.rollback(0, len(tokens) - 4)
+        gapped = model.decode(0, tokens[-4:], logits_rows=[0, 2, 3])  # outputs not one stride apart: row by row
         for row, found in zip([whole[0], whole[2], whole[3]], gapped, strict=True):
             assert np.array_equal(found.logits, row[found.ids]) and len(found.ids) == spec.k
-        model.rollback(len(tokens) - 4)
+        model.rollback(0, len(tokens) - 4)
         assert model.set_candidates(0, None)  # whole rows again
-        assert np.array_equal(model.decode(tokens[-4:], logits_rows=[3])[0], whole[3])
+        assert np.array_equal(model.decode(0, tokens[-4:], logits_rows=[3])[0], whole[3])
 
 
 @pytest.mark.parametrize("name,knob", [(n, k) for n, knobs in PAPER_GRID.items() for k in knobs
@@ -298,7 +301,7 @@ def test_the_verifier_hands_whole_rows_again_after_a_generation(stop_early):
     else:
         list(events)
     assert verifier.handed_candidates and not verifier.candidates
-    assert isinstance(verifier.decode([3], logits_rows=[0]), np.ndarray)
+    assert isinstance(verifier.decode(0, [3], logits_rows=[0]), np.ndarray)
 
 
 def _shown(events):
@@ -365,6 +368,7 @@ def test_a_hybrid_verifier_on_candidate_rows_emits_what_whole_rows_do(tiny, draf
     greedy and sampled, candidate rows give the tokens and verdicts of whole rows, and copy far fewer bytes."""
     from relaxtui.decoding.drafters import DrafterOptions, make_drafter
     from relaxtui.engine.llama import LlamaModel
+    from relaxtui.session import GGUF
 
     prompt = [5, 17, 42, 7, 99, 3]
     for sampling in (SamplingParams(0.0, 0, 1.0), SamplingParams(0.8, 8, 0.95)):
@@ -373,7 +377,7 @@ def test_a_hybrid_verifier_on_candidate_rows_emits_what_whole_rows_do(tiny, draf
             with LlamaModel(tiny.qwen35, n_ctx=256, mtp=draft_kind == "mtp") as verifier:
                 options = (DrafterOptions(kind="model", model=tiny.dense, n_ctx=256) if draft_kind == "model"
                            else DrafterOptions(kind="mtp"))
-                drafter = make_drafter(options, verifier)
+                drafter = make_drafter(options, verifier, GGUF)
                 try:
                     config = GenerationConfig(draft_max=3, max_tokens=24, sampling=sampling, seed=2, dense_rows=dense)
                     events = list(generate(verifier, prompt, config, drafter=drafter))

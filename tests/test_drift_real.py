@@ -9,11 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import FakeBackend
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.fake import FakeBackend
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
 from relaxtui.evals.drift import record_signals
@@ -50,13 +51,13 @@ def teacher_forced(model: LlamaModel, prompt: list[int], output: list[int], bloc
     model.reset()
     first = len(prompt) - 1
     if block is None:
-        return log_softmax_at(model.decode(prompt + output[:-1], logits_rows=range(first, first + len(output))),
+        return log_softmax_at(model.decode(0, prompt + output[:-1], logits_rows=range(first, first + len(output))),
                               output)
-    model.decode(prompt[:-1])
+    model.decode(0, prompt[:-1])
     fed, found = [prompt[-1], *output[:-1]], []
     for start in range(0, len(output), block):
         chunk = fed[start:start + block]
-        found += log_softmax_at(model.decode(chunk, logits_rows=range(len(chunk))), output[start:start + block])
+        found += log_softmax_at(model.decode(0, chunk, logits_rows=range(len(chunk))), output[start:start + block])
     return found
 
 

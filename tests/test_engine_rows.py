@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import SeqDecode
-from relaxtui.engine.api import RowSpec, TopLogits
+from relaxtui.engine.api import RowSpec, SeqDecode, TopLogits
 from tests.tiny_models import tiny_fixture  # noqa: F401  (the `tiny` fixture)
 
 
@@ -34,24 +33,24 @@ def test_decode_rows_hands_what_decode_many_hands(test_model_path, spec, last):
 
     with LlamaModel(test_model_path, n_ctx=256, n_threads=1) as model:
         tokens = model.tokenize("def add(a, b):\n    return a + b\n\nprint(add(2,")
-        model.decode(tokens[:-5])
+        model.decode(0, tokens[:-5])
         assert model.set_candidates(0, spec) or spec is None
         for block in (tokens[-5:], tokens[-5:-4]):
-            start = model.n_past
+            start = len(model.tokens_of(0))
             copied = model.copied_bytes
             found = model.decode_rows([0], [block], last=last)[0]
-            found_bytes, cached = model.copied_bytes - copied, list(model.cached_tokens)
-            model.rollback(start)
+            found_bytes, cached = model.copied_bytes - copied, list(model.tokens_of(0))
+            model.rollback(0, start)
             copied = model.copied_bytes
             rows = [-1] if last else range(len(block))
             expected = model.decode_many([SeqDecode(0, block, rows)])[0]
             _same(found, expected)
             assert len(found) == (1 if last else len(block))
-            assert model.copied_bytes - copied == found_bytes > 0 and list(model.cached_tokens) == cached
-            model.rollback(start)
+            assert model.copied_bytes - copied == found_bytes > 0 and list(model.tokens_of(0)) == cached
+            model.rollback(0, start)
             if not last:  # the loop's verify batch asks decode() for range(len(block)): decode_rows' path
-                _same(model.decode(block, logits_rows=range(len(block))), expected)
-                model.rollback(start)
+                _same(model.decode(0, block, logits_rows=range(len(block))), expected)
+                model.rollback(0, start)
 
 
 @pytest.mark.model
@@ -63,8 +62,8 @@ def test_decode_rows_on_several_sequences(test_model_path):
         a, b = model.tokenize("The cat sat on"), model.tokenize("Two plus two is")
         model.decode_many([SeqDecode(0, a[:-2]), SeqDecode(1, b[:-3])])
         found = model.decode_rows([0, 1], [a[-2:], b[-3:]])
-        model.rollback_seq(0, len(a) - 2)
-        model.rollback_seq(1, len(b) - 3)
+        model.rollback(0, len(a) - 2)
+        model.rollback(1, len(b) - 3)
         expected = model.decode_many([SeqDecode(0, a[-2:], range(2)), SeqDecode(1, b[-3:], range(3))])
         for mine, theirs in zip(found, expected, strict=True):
             _same(mine, theirs)
@@ -87,18 +86,18 @@ def test_a_batch_longer_than_n_batch_splits_with_its_rows(test_model_path, spec)
         model.set_candidates(0, spec)
         asked = [39, 0, 15, 16, 31, 32]
         together = model.decode_many([SeqDecode(0, tokens, asked)])[0]
-        model.rollback(0)
-        chunks = [model.decode(tokens[:16], [0, 15]), model.decode(tokens[16:32], [0, 15]),
-                  model.decode(tokens[32:], [7])]
-        model.rollback(32)
-        chunks.append(model.decode(tokens[32:], [0]))  # the third chunk again, for row 32
+        model.rollback(0, 0)
+        chunks = [model.decode(0, tokens[:16], [0, 15]), model.decode(0, tokens[16:32], [0, 15]),
+                  model.decode(0, tokens[32:], [7])]
+        model.rollback(0, 32)
+        chunks.append(model.decode(0, tokens[32:], [0]))  # the third chunk again, for row 32
         by_row = {0: chunks[0][0], 15: chunks[0][1], 16: chunks[1][0], 31: chunks[1][1], 39: chunks[2][0],
                   32: chunks[3][0]}
         for row, found in zip(asked, together, strict=True):
             _same([found] if spec else found, [by_row[row]] if spec else by_row[row])
-        model.rollback(0)
+        model.rollback(0, 0)
         every = model.decode_rows([0], [tokens[:20]])[0]  # over n_batch: the general path, chunked
-        model.rollback(0)
+        model.rollback(0, 0)
         _same(every, model.decode_many([SeqDecode(0, tokens[:20], range(20))])[0])
 
 
@@ -140,9 +139,10 @@ def test_smollm2_emits_the_same_tokens_on_candidate_and_whole_rows(test_model_pa
     """SmolLM2 drafting for itself through the loop, greedy and with the paper's sampling: candidate rows (the lean
     reads, the draw from pre-drawn uniforms, the pointwise test) give the tokens and verdicts of whole rows. (A
     model drafting for itself is accepted nearly always: the next test takes the rejections.)"""
+    from relaxtui.decoding.config import GenerationConfig
     from relaxtui.decoding.drafters import ModelDrafter
     from relaxtui.decoding.events import TokenEvent
-    from relaxtui.decoding.loop import GenerationConfig, generate
+    from relaxtui.decoding.loop import generate
     from relaxtui.decoding.sampling import SamplingParams
     from relaxtui.engine.llama import LlamaModel
 
@@ -166,9 +166,10 @@ def test_a_disagreeing_real_pair_emits_the_same_on_candidate_and_whole_rows(tiny
     accepted), through the real engine with the paper's sampling: candidate rows give whole rows' tokens and
     verdicts, rejections and their residual draws included, for a pointwise rule, a relaxed pointwise rule and one
     that reads whole supports."""
+    from relaxtui.decoding.config import GenerationConfig
     from relaxtui.decoding.drafters import ModelDrafter
     from relaxtui.decoding.events import TokenEvent
-    from relaxtui.decoding.loop import GenerationConfig, generate
+    from relaxtui.decoding.loop import generate
     from relaxtui.decoding.sampling import SamplingParams
     from relaxtui.engine.llama import LlamaModel
     from relaxtui.rules import make, split_spec

@@ -16,7 +16,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import SeqDecode
+from relaxtui.engine.api import SeqDecode
 from relaxtui.engine.capacity import capacity, kv_bytes_per_token, recurrent_bytes_per_sequence
 from relaxtui.engine.gguf_check import check_loadable, mtp_layers
 from relaxtui.engine.llama import LlamaModel
@@ -34,10 +34,10 @@ pytestmark = pytest.mark.model
 def greedy_alone(path, prompt: list[int], n: int) -> list[int]:
     """The verifier alone, one token per decode: the output strict speculation must reproduce."""
     with LlamaModel(path, n_ctx=256) as model:
-        logits, out = model.decode(prompt, [-1])[0], []
+        logits, out = model.decode(0, prompt, [-1])[0], []
         for _ in range(n):
             out.append(int(np.argmax(logits)))
-            logits = model.decode(out[-1:], [0])[0]
+            logits = model.decode(0, out[-1:], [0])[0]
     return out
 
 
@@ -45,7 +45,7 @@ def speculate(verifier: LlamaModel, prompts: list[list[int]], rounds: int, draft
     """Strict greedy speculation by hand, every sequence in one verifier batch per round: verify [last, drafts],
     keep the drafts the verifier's argmax agrees with, emit its next token, roll back the rest."""
     for seq, prompt in enumerate(prompts):
-        verifier.sequence(seq).decode(prompt[:-1])
+        verifier.decode(seq, prompt[:-1])
     lasts, outs = [p[-1] for p in prompts], [[] for _ in prompts]
     for _ in range(rounds):
         drafts = draft([(seq, lasts[seq]) for seq in range(len(prompts))], outs)
@@ -57,7 +57,7 @@ def speculate(verifier: LlamaModel, prompts: list[list[int]], rounds: int, draft
             lasts[seq] = int(np.argmax(rows[kept]))
             outs[seq] += [*d[:kept], lasts[seq]]
             assert verifier.can_rollback(seq, starts[seq] + kept + 1)
-            verifier.rollback_seq(seq, starts[seq] + kept + 1)
+            verifier.rollback(seq, starts[seq] + kept + 1)
     return outs
 
 
@@ -104,20 +104,20 @@ def test_the_hybrid_models_memory_is_sized_from_its_header(tiny):
 def next_logits(path, prompt: list[int], verify: list[int], keep: int, after: int) -> np.ndarray:
     """Decode prompt[:-1], verify [prompt[-1], *verify], keep `keep` of those drafts, then decode `after`."""
     with LlamaModel(path, n_ctx=256) as model:
-        model.decode(prompt[:-1])
-        model.decode([prompt[-1], *verify], range(len(verify) + 1))
-        model.rollback(len(prompt) + keep)
-        assert list(model.cached_tokens) == [*prompt, *verify[:keep]]
-        return model.decode([after], [0])[0]
+        model.decode(0, prompt[:-1])
+        model.decode(0, [prompt[-1], *verify], range(len(verify) + 1))
+        model.rollback(0, len(prompt) + keep)
+        assert list(model.tokens_of(0)) == [*prompt, *verify[:keep]]
+        return model.decode(0, [after], [0])[0]
 
 
 def straight(path, tokens_: list[int], split: int) -> np.ndarray:
     """The kept prefix decoded without any draft: tokens_[:split] in one batch, the rest one at a time."""
     with LlamaModel(path, n_ctx=256) as model:
-        model.decode(tokens_[:split])
+        model.decode(0, tokens_[:split])
         for token in tokens_[split:-1]:
-            model.decode([token])
-        return model.decode(tokens_[-1:], [0])[0]
+            model.decode(0, [token])
+        return model.decode(0, tokens_[-1:], [0])[0]
 
 
 @pytest.mark.parametrize("keep", [0, 1, 2, 3])
@@ -145,11 +145,11 @@ def test_four_sequences_roll_back_one_by_one_and_neighbours_stay_bit_identical(t
     def run(rollback: set[int]) -> list[np.ndarray]:
         with LlamaModel(tiny.qwen35, n_ctx=128, n_seq=4) as model:
             for seq, prompt in enumerate(prompts):
-                model.sequence(seq).decode(prompt[:-1])
+                model.decode(seq, prompt[:-1])
             model.decode_many([SeqDecode(seq, [p[-1], *d], range(len(d) + 1))
                                for seq, (p, d) in enumerate(zip(prompts, drafts, strict=True))])
             for seq in rollback:
-                model.rollback_seq(seq, len(prompts[seq]) + keeps[seq])
+                model.rollback(seq, len(prompts[seq]) + keeps[seq])
             return model.decode_many([SeqDecode(seq, [99], [0]) for seq in range(4)])
 
     rolled, unrolled = run({1, 2, 3}), run(set())
@@ -186,18 +186,18 @@ def test_strict_greedy_with_drafts_right_and_wrong_gives_the_verifier_alone_toke
 def test_a_dense_drafter_that_is_always_rejected_leaves_the_hybrid_output_unchanged(tiny):
     (prompt,) = tokens(tiny.qwen35, PROMPTS[1])
     with LlamaModel(tiny.qwen35, n_ctx=256) as verifier, LlamaModel(tiny.dense, n_ctx=256) as drafter:
-        drafter.decode(prompt[:-1])
+        drafter.decode(0, prompt[:-1])
         proposed = accepted = 0
 
         def dense(items, outs):
             nonlocal proposed
             (_, last), = items
-            drafter.rollback(len(prompt) - 1 + sum(len(o) for o in outs))  # the drafter re-syncs with the output
-            tail = [*prompt, *outs[0]][len(drafter.cached_tokens):]
-            logits, draft = drafter.decode(tail, [-1])[0], []
+            drafter.rollback(0, len(prompt) - 1 + sum(len(o) for o in outs))  # the drafter re-syncs with the output
+            tail = [*prompt, *outs[0]][len(drafter.tokens_of(0)):]
+            logits, draft = drafter.decode(0, tail, [-1])[0], []
             for _ in range(3):
                 draft.append(int(np.argmax(logits)))
-                logits = drafter.decode(draft[-1:], [0])[0]
+                logits = drafter.decode(0, draft[-1:], [0])[0]
             proposed += 3
             return [draft]
 
@@ -216,14 +216,14 @@ def test_a_hybrid_model_without_snapshots_is_refused_before_decoding(tiny):
             model.require_rollback(1)
         assert "\n" not in str(error.value)
         model.require_rollback(0)  # the verifier alone needs nothing
-        model.decode(prompt[:-1])
-        model.decode([prompt[-1], 11, 12], range(3))
+        model.decode(0, prompt[:-1])
+        model.decode(0, [prompt[-1], 11, 12], range(3))
         assert not model.can_rollback(0, len(prompt))
         with pytest.raises(RollbackError, match="keeps no recurrent-state snapshots"):
-            model.rollback(len(prompt))
-        assert len(model.cached_tokens) == len(prompt) + 2  # untouched: the state still matches the tokens
-        model.rollback(0)  # emptying a sequence always works
-        assert model.n_past == 0
+            model.rollback(0, len(prompt))
+        assert len(model.tokens_of(0)) == len(prompt) + 2  # untouched: the state still matches the tokens
+        model.rollback(0, 0)  # emptying a sequence always works
+        assert len(model.tokens_of(0)) == 0
     with LlamaModel(tiny.qwen35, n_ctx=64, rollback_depth=3) as model:
         model.require_rollback(3)
         with pytest.raises(UserError, match="drafts of 4 tokens need 4"):
@@ -237,23 +237,23 @@ def test_a_hybrid_model_without_snapshots_is_refused_before_decoding(tiny):
 def test_rollbacks_past_the_snapshots_are_refused_not_silently_wrong(tiny):
     (prompt,) = tokens(tiny.qwen35, PROMPTS[2])
     with LlamaModel(tiny.qwen35, n_ctx=128) as model:
-        model.decode(prompt)
-        model.decode([11])  # one token: its snapshots go back 0 tokens
-        model.decode([12, 13, 14], range(3))  # three tokens: 2 back at most, once
+        model.decode(0, prompt)
+        model.decode(0, [11])  # one token: its snapshots go back 0 tokens
+        model.decode(0, [12, 13, 14], range(3))  # three tokens: 2 back at most, once
         assert [model.can_rollback(0, len(prompt) + k) for k in (1, 2, 3)] == [False, True, True]
         with pytest.raises(RollbackError, match="can go back 2 tokens"):
-            model.rollback(len(prompt) + 1)
-        model.rollback(len(prompt) + 3)
+            model.rollback(0, len(prompt) + 1)
+        model.rollback(0, len(prompt) + 3)
         with pytest.raises(RollbackError, match="pending"):  # a second one before the next decode
-            model.rollback(len(prompt) + 2)
+            model.rollback(0, len(prompt) + 2)
     # what the refused rollback would have done: llama.cpp accepts it and restores a stale snapshot
     with LlamaModel(tiny.qwen35, n_ctx=128) as model:
-        model.decode(prompt)
-        model.decode([12, 13, 14])
+        model.decode(0, prompt)
+        model.decode(0, [12, 13, 14])
         from llama_cpp import llama_memory_seq_rm
         assert llama_memory_seq_rm(model._memory, 0, len(prompt), -1)  # 3 back after a 3-token decode: "ok"
         del model._seqs[0][len(prompt):]
-        stale = model.decode([99], [0])[0]
+        stale = model.decode(0, [99], [0])[0]
     assert np.abs(stale - straight(tiny.qwen35, [*prompt, 99], len(prompt))).max() > 100 * TOL
 
 
@@ -267,57 +267,57 @@ def test_checkpoints_roll_back_deeper_than_the_snapshots_for_verifiers_and_hybri
     rng, out, paths = np.random.default_rng(3), [], {"snapshot": 0, "checkpoint": 0}
     with LlamaModel(tiny.qwen35, n_ctx=256, rollback_depth=1) as verifier, \
             LlamaModel(tiny.qwen35, n_ctx=256) as drafter:
-        verifier.decode(prompt[:-1])
-        drafter.decode(prompt[:-1])
+        verifier.decode(0, prompt[:-1])
+        drafter.decode(0, prompt[:-1])
         last = prompt[-1]
         for _ in range(12):
-            n, saved_v, saved_d = verifier.n_past, verifier.checkpoint(0), drafter.checkpoint(0)
+            n, saved_v, saved_d = len(verifier.tokens_of(0)), verifier.checkpoint(0), drafter.checkpoint(0)
             drafts, token = [], last
             for _ in range(4):
-                pick = int(np.argmax(drafter.decode([token], [0])[0]))
+                pick = int(np.argmax(drafter.decode(0, [token], [0])[0]))
                 drafts.append(token := (pick + 1 + int(rng.integers(300))) % 400 if rng.random() < 0.3 else pick)
-            rows = verifier.decode([last, *drafts], range(5))
+            rows = verifier.decode(0, [last, *drafts], range(5))
             kept = next((i for i, t in enumerate(drafts) if t != int(np.argmax(rows[i]))), 4)
             if verifier.can_rollback(0, n + 1 + kept):
-                verifier.rollback(n + 1 + kept)
+                verifier.rollback(0, n + 1 + kept)
                 paths["snapshot"] += 1
             else:
                 verifier.restore(saved_v)
-                verifier.decode([last, *drafts[:kept]])
+                verifier.decode(0, [last, *drafts[:kept]])
                 paths["checkpoint"] += 1
             assert drafter.can_rollback(0, n + 1 + kept) == (kept >= 3)  # only "nothing to remove" works
             drafter.restore(saved_d)
-            drafter.decode([last, *drafts[:kept]])
+            drafter.decode(0, [last, *drafts[:kept]])
             last = int(np.argmax(rows[kept]))
             out += [*drafts[:kept], last]
     assert out == reference[:len(out)]
     assert paths["snapshot"] and paths["checkpoint"], paths
     with LlamaModel(tiny.dense, n_ctx=64) as dense:  # a KV cache needs no saved state: restoring trims it
-        dense.decode(prompt)
+        dense.decode(0, prompt)
         saved = dense.checkpoint(0)
-        dense.decode([5, 6, 7])
+        dense.decode(0, [5, 6, 7])
         dense.restore(saved)
-        assert saved.state == b"" and list(dense.cached_tokens) == prompt
+        assert saved.state == b"" and list(dense.tokens_of(0)) == prompt
 
 
 def test_prompt_copies_on_a_hybrid_model_copy_whole_sequences_or_refuse(tiny):
     (prompt,) = tokens(tiny.qwen35, PROMPTS[3])
     with LlamaModel(tiny.qwen35, n_ctx=128, n_seq=3) as model:
-        model.sequence(0).decode(prompt[:-1])
+        model.decode(0, prompt[:-1])
         assert not model.can_share_prefix(0, 1, len(prompt) - 2)  # a prefix: the state has moved past it
         with pytest.raises(RollbackError, match="whole sequence"):
             model.share_prefix(0, 1, len(prompt) - 2)
-        model.sequence(2).decode([5, 6, 7])
-        model.sequence(2).decode([8, 9])
-        model.rollback_seq(2, 4)  # sequence 2 has a removal pending: the copy must not inherit it
+        model.decode(2, [5, 6, 7])
+        model.decode(2, [8, 9])
+        model.rollback(2, 4)  # sequence 2 has a removal pending: the copy must not inherit it
         model.share_prefix(0, 1, len(prompt) - 1)
         model.share_prefix(0, 2, len(prompt) - 1)
         assert not model.can_rollback(0, len(prompt) - 2)  # the copies share the state until they decode
-        copies = [model.sequence(seq).decode([prompt[-1], 40], [0, 1]) for seq in (1, 2)]
-        original = model.sequence(0).decode([prompt[-1], 40], [0, 1])
+        copies = [model.decode(seq, [prompt[-1], 40], [0, 1]) for seq in (1, 2)]
+        original = model.decode(0, [prompt[-1], 40], [0, 1])
         for copied in copies:
             assert np.array_equal(copied, original)
-        model.rollback_seq(0, len(prompt))
+        model.rollback(0, len(prompt))
         assert not model.can_share_prefix(0, 1, len(prompt))  # its rollback is pending
 
 
@@ -329,7 +329,7 @@ def reference_mtp(path, history: list[int], last: int, second: int) -> tuple[np.
     own hidden row of that step) -> q2."""
     import llama_cpp as ll
     with LlamaModel(path, n_ctx=256, mtp=True) as target:
-        target.decode(history)
+        target.decode(0, history)
         h = target.hidden.rows(0, -1, len(history))
         params = ll.llama_context_default_params()
         params.ctx_type, params.n_ctx, params.n_batch, params.n_ubatch = ll.LLAMA_CONTEXT_TYPE_MTP, 256, 256, 256
@@ -369,11 +369,11 @@ def test_the_mtp_head_matches_llama_cpps_driver_and_is_deterministic(tiny):
     runs = []
     for path in (None, tiny.mtp_only, None):  # its own MTP layer, the MTP-only GGUF, again
         with LlamaModel(tiny.qwen35, n_ctx=256, mtp=True) as verifier, MtpHead(verifier, path) as head:
-            verifier.decode(prompt[:-1])
+            verifier.decode(0, prompt[:-1])
             (first, q), = head.propose([(0, prompt[-1])], 3)
             # the verifier rejects the drafts after the first, then the head drafts from there
-            verifier.decode([prompt[-1], *first], range(4))
-            verifier.rollback(len(prompt) + 1)
+            verifier.decode(0, [prompt[-1], *first], range(4))
+            verifier.rollback(0, len(prompt) + 1)
             (second, q_after), = head.propose([(0, 77)], 2)
             runs.append((first, q, second, q_after, [*prompt, first[0]]))
     assert all(run[0] == runs[0][0] and run[2] == runs[0][2] for run in runs)
@@ -392,10 +392,11 @@ def test_keeping_hidden_rows_for_the_head_leaves_the_verifiers_logits_bit_identi
     out = []
     for mtp in (False, True):
         with LlamaModel(tiny.qwen35, n_ctx=128, mtp=mtp) as model:
-            out.append(np.concatenate([model.decode(list(range(100, 110)), range(10)), model.decode([5, 6], [0, 1])]))
+            out.append(np.concatenate([model.decode(0, list(range(100, 110)), range(10)),
+                                       model.decode(0, [5, 6], [0, 1])]))
             if mtp:  # the rows of the last decode (the verify batch), as far as it stays cached
                 assert model.hidden_of(0).shape == (2, model.n_embd)
-                model.rollback(11)
+                model.rollback(0, 11)
                 assert np.array_equal(model.hidden_of(0), model.hidden.rows(0, 10, 11))
     assert np.array_equal(out[0], out[1])
 
@@ -417,11 +418,11 @@ def test_mtp_drafts_for_four_sequences_at_once_equal_each_alone(tiny):
     prompts = tokens(tiny.qwen35, *PROMPTS)
     with LlamaModel(tiny.qwen35, n_ctx=128, n_seq=4, mtp=True) as verifier, MtpHead(verifier) as head:
         for seq, prompt in enumerate(prompts):
-            verifier.sequence(seq).decode(prompt[:-1])
+            verifier.decode(seq, prompt[:-1])
         together = head.propose([(seq, p[-1]) for seq, p in enumerate(prompts)], [3, 1, 2, 3])
     for seq, prompt in enumerate(prompts):
         with LlamaModel(tiny.qwen35, n_ctx=128, mtp=True) as verifier, MtpHead(verifier) as head:
-            verifier.decode(prompt[:-1])
+            verifier.decode(0, prompt[:-1])
             (alone, q), = head.propose([(0, prompt[-1])], len(together[seq][0]))
         assert alone == together[seq][0]
         assert np.abs(q - together[seq][1]).max() <= TOL
@@ -430,7 +431,7 @@ def test_mtp_drafts_for_four_sequences_at_once_equal_each_alone(tiny):
 def test_a_copied_prompt_drafts_like_its_source(tiny):
     (prompt,) = tokens(tiny.qwen35, PROMPTS[1])
     with LlamaModel(tiny.qwen35, n_ctx=128, n_seq=2, mtp=True) as verifier, MtpHead(verifier) as head:
-        verifier.sequence(0).decode(prompt[:-1])
+        verifier.decode(0, prompt[:-1])
         head.sync()  # the head consumed the prompt's hidden rows: the copy must carry its cache over
         verifier.share_prefix(0, 1, len(prompt) - 1)
         (a, qa), (b, qb) = head.propose([(0, prompt[-1]), (1, prompt[-1])], 3)

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from relaxtui.decoding.batched import Job, generate_many
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, process
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
@@ -153,11 +154,11 @@ def exact_pair_law(path, prompt: list[int], sampling: SamplingParams) -> dict[tu
     """The law of the first two tokens the verifier alone emits."""
     law = {}
     with LlamaModel(path, n_ctx=64, rollback_depth=1) as model:
-        p1 = process(model.decode(prompt, [-1])[0], sampling)
+        p1 = process(model.decode(0, prompt, [-1])[0], sampling)
         saved = model.checkpoint(0)
         for a in np.flatnonzero(p1):
             model.restore(saved)
-            p2 = process(model.decode([int(a)], [0])[0], sampling)
+            p2 = process(model.decode(0, [int(a)], [0])[0], sampling)
             for b in np.flatnonzero(p2):
                 law[(int(a), int(b))] = float(p1[a] * p2[b])
     return law

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.acceptance import accept_round
-from relaxtui.decoding.backend import FakeBackend
+from relaxtui.decoding.acceptance import Acceptance, accept_draft
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.drafting import Draft
 from relaxtui.decoding.events import Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, process, sample, softmax
+from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import NumericsError
 from relaxtui.rules import PAPER_GRID, RULES, Rule, acceptance_probability, make
 from relaxtui.rules.rfuzzy import js_divergence
@@ -72,7 +74,7 @@ def test_a_rule_returning_nan_raises_instead_of_accepting():
     logits = rng.normal(size=(3, 8)).astype(np.float32)
     draft_probs = np.stack([softmax(row) for row in logits[:2]])
     with pytest.raises(NumericsError, match="rule nan at draft position 1"):
-        accept_round([1, 2], draft_probs, logits[:2], logits, NaNRule(), SamplingParams(1.0, 0, 1.0),
+        accept_draft(Draft([1, 2], draft_probs, logits[:2]), logits, Acceptance(NaNRule(), SamplingParams(1.0, 0, 1.0)),
                      np.random.default_rng(0))
 
 

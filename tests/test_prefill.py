@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.prefill import common_prefix, prefill, reusable
 from relaxtui.decoding.sampling import SamplingParams
 from tests.conftest import VOCAB, fake, random_table
@@ -73,8 +74,8 @@ def test_a_chat_turn_decodes_only_the_new_tokens_in_both_models(markov_pair):
     turn_one = [0, 1, 2, 3]
     tokens, _ = run(verifier, drafter, turn_one, reuse="longest")
     turn_two = turn_one + [t for t, _ in tokens] + [5, 4, 3]
-    shared_verifier = common_prefix(verifier.cached_tokens, turn_two[:-1])
-    shared_drafter = common_prefix(draft_model.cached_tokens, turn_two[:-1])
+    shared_verifier = common_prefix(verifier.tokens_of(0), turn_two[:-1])
+    shared_drafter = common_prefix(draft_model.tokens_of(0), turn_two[:-1])
     assert shared_verifier > len(turn_one) and shared_drafter > len(turn_one)
     drafter_calls = len(draft_model.decode_calls)
     _, metrics = run(verifier, drafter, turn_two, reuse="longest")
@@ -93,12 +94,12 @@ def test_a_stop_during_prefill_ends_with_no_tokens_and_the_next_call_completes()
         return len(polls) >= 3
 
     prompt = list(np.arange(400) % VOCAB)
-    done, completed = prefill(verifier, prompt, should_stop=stop_on_third_poll, chunk=100)
-    assert (done, completed) == (200, False) and verifier.n_past == 200
+    done, completed = prefill(verifier, 0, prompt, should_stop=stop_on_third_poll, chunk=100)
+    assert (done, completed) == (200, False) and len(verifier.tokens_of(0)) == 200
     tokens, metrics = run(verifier, None, prompt, should_stop=lambda: True)
     assert tokens == [] and metrics.finish_reason == "stopped"
     tokens, metrics = run(verifier, None, prompt, reuse="longest")
-    assert len(tokens) == 12 and verifier.cached_tokens[: len(prompt) - 1] == prompt[:-1]
+    assert len(tokens) == 12 and verifier.tokens_of(0)[: len(prompt) - 1] == prompt[:-1]
 
 
 def test_a_timing_on_the_drafter_model_cannot_desync_the_drafter(markov_pair):
@@ -122,12 +123,12 @@ def test_llama_kv_after_reuse_matches_a_fresh_prefill(test_model_path):
         turn_one = reused.tokenize("<|im_start|>user\nHello there, how are you?<|im_end|>\n<|im_start|>assistant\n")
         turn_two = turn_one + reused.tokenize("I am fine.<|im_end|>\n<|im_start|>user\nAnd the weather?",
                                               add_special=False)
-        prefill(reused, turn_one + reused.tokenize(" something else entirely", add_special=False))
-        decoded, completed = prefill(reused, turn_two[:-1], reuse="longest")
+        prefill(reused, 0, turn_one + reused.tokenize(" something else entirely", add_special=False))
+        decoded, completed = prefill(reused, 0, turn_two[:-1], reuse="longest")
         assert completed and decoded == len(turn_two) - 1 - len(turn_one)
-        assert list(reused.cached_tokens) == turn_two[:-1]
-        prefill(fresh, turn_two[:-1])
-        got = reused.decode([turn_two[-1]], logits_rows=[0])[0]
-        want = fresh.decode([turn_two[-1]], logits_rows=[0])[0]
+        assert list(reused.tokens_of(0)) == turn_two[:-1]
+        prefill(fresh, 0, turn_two[:-1])
+        got = reused.decode(0, [turn_two[-1]], logits_rows=[0])[0]
+        want = fresh.decode(0, [turn_two[-1]], logits_rows=[0])[0]
         assert int(np.argmax(got)) == int(np.argmax(want))
         assert np.max(np.abs(got - want)) < 0.05 * np.std(want)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, TokenEvent, Verdict
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, argmax
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.session import ModelOptions, load_pair, prompt_tokens
@@ -25,11 +26,16 @@ class RecordingBackend:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def decode(self, tokens, logits_rows=()):
-        logits = self.inner.decode(tokens, logits_rows)
+    def decode(self, seq, tokens, logits_rows=()):
+        logits = self.inner.decode(seq, tokens, logits_rows)
         if len(logits):
             self.batches.append(logits.copy())
         return logits
+
+    def decode_rows(self, seqs, blocks, *, last=False):  # the verify batch's path
+        out = self.inner.decode_rows(seqs, blocks, last=last)
+        self.batches += [rows.copy() for rows in out]
+        return out
 
 
 def collect(stream):
@@ -51,13 +57,13 @@ def test_engine_basics(smol):
     assert tokens and all(0 <= t < smol.n_vocab for t in tokens)
     assert b"".join(smol.token_piece(t) for t in tokens) == b"Hello, world!"
     smol.reset()
-    logits = smol.decode(tokens, logits_rows=[-1, 0])
+    logits = smol.decode(0, tokens, logits_rows=[-1, 0])
     assert logits.shape == (2, smol.n_vocab) and np.isfinite(logits).all()
-    assert smol.n_past == len(tokens)
-    smol.rollback(2)
-    assert smol.n_past == 2
+    assert len(smol.tokens_of(0)) == len(tokens)
+    smol.rollback(0, 2)
+    assert len(smol.tokens_of(0)) == 2
     # after rollback, decoding the same suffix gives the same last-row logits
-    again = smol.decode(tokens[2:], logits_rows=[-1])
+    again = smol.decode(0, tokens[2:], logits_rows=[-1])
     assert np.allclose(again[0], logits[0], atol=1e-3)
 
 
@@ -79,8 +85,8 @@ def test_self_drafting_accepts_everything_and_matches_greedy_baseline(smol, test
 
 @pytest.mark.model
 def test_self_drafting_at_temperature_accepts_nearly_everything(smol, test_model_path):
-    """Sampling with q ≈ p: batch kernels differ slightly from single steps (SPEC §6), so min(1, p/q) can dip
-    just below 1; acceptance must still be ≥ 0.95 over 64 tokens."""
+    """Sampling with q ≈ p: batch kernels differ slightly from single steps (docs/architecture.md#llamacpp-pitfalls),
+    so min(1, p/q) can dip just below 1; acceptance must still be ≥ 0.95 over 64 tokens."""
     prompt = prompt_tokens(smol, "Tell me about cats.")
     with LlamaModel(test_model_path, n_ctx=512) as twin:
         drafter = ModelDrafter(twin, smol.n_vocab)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.acceptance import accept_round, log_prob, takes_support
+from relaxtui.decoding.acceptance import Acceptance, accept_draft, takes_support
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.drafting import Draft
 from relaxtui.decoding.events import Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import Candidates, SamplingParams, bounds_support, candidates, process, sample
+from relaxtui.engine.api import WholeRow
 from relaxtui.rules import PAPER_GRID, make
 from relaxtui.rules.base import Rule, residual
 from tests.conftest import VOCAB, fake, first_token_counts, random_table
@@ -66,7 +69,7 @@ def test_the_temperature_one_log_prob_matches_a_float64_reference(seed):
     reference = logits.astype(np.float64)
     lse = reference.max() + np.log(np.exp(reference - reference.max()).sum())
     for token in (int(np.argmax(logits)), int(np.argmin(logits)), seed):
-        assert log_prob(logits, token) == pytest.approx(reference[token] - lse, abs=TOLERANCE)
+        assert WholeRow(logits).log_prob(token) == pytest.approx(reference[token] - lse, abs=TOLERANCE)
 
 
 def round_inputs(seed: int, vocab: int, n: int, sampling: SamplingParams):
@@ -90,21 +93,23 @@ def test_both_paths_emit_the_same_tokens_and_numbers_for_every_rule(name, knob):
         rule = make(name, knob, temperature=sampling.temperature)
         tokens, q, q_logits, target = round_inputs(seed, 2000, 1 + seed % 4, sampling)
         assert takes_support(rule, sampling, 2000)
-        support = accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed))
-        whole = accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed), dense=True)
+        draft = Draft(tokens, q, q_logits)
+        support = accept_draft(draft, target, Acceptance(rule, sampling, show=True), np.random.default_rng(seed))
+        whole = accept_draft(draft, target, Acceptance(rule, sampling, dense=True, show=True),
+                             np.random.default_rng(seed))
         assert [(e.token_id, e.verdict, e.draft_position, e.rejected_token) for e in support] == \
                [(e.token_id, e.verdict, e.draft_position, e.rejected_token) for e in whole]
         for a, b in zip(support, whole, strict=True):
             verdicts.add(a.verdict)
-            assert a.row_ids is not None and len(a.row_ids) < 2000 and b.row_ids is None
+            assert a.shown.ids is not None and len(a.shown.ids) < 2000 and b.shown.ids is None
             for field in ("p_x", "q_x", "pi_x", "accept_prob", "logp_x"):
                 x, y = getattr(a, field), getattr(b, field)
                 assert (x is None) == (y is None) and (x is None or abs(x - y) <= TOLERANCE), (field, x, y)
             assert [k for k, _ in a.statistic] == [k for k, _ in b.statistic]
             assert np.allclose([v for _, v in a.statistic], [v for _, v in b.statistic], rtol=0, atol=TOLERANCE)
             dense_p = np.zeros(2000)
-            dense_p[a.row_ids] = a.p_row
-            assert np.allclose(dense_p, b.p_row, rtol=0, atol=TOLERANCE)  # p on the support is p
+            dense_p[a.shown.ids] = a.shown.p
+            assert np.allclose(dense_p, b.shown.p, rtol=0, atol=TOLERANCE)  # p on the support is p
     assert len(verdicts) >= 2, verdicts  # both branches ran
 
 
@@ -151,7 +156,7 @@ class Spy(Rule):
 def test_a_rule_that_declares_whole_rows_gets_them(needs_logits, sampling):
     tokens, q, q_logits, target = round_inputs(3, 1000, 3, sampling)
     spy = Spy(needs_logits)
-    accept_round(tokens, q, q_logits, target, spy, sampling, np.random.default_rng(0))
+    accept_draft(Draft(tokens, q, q_logits), target, Acceptance(spy, sampling), np.random.default_rng(0))
     assert spy.seen
     whole = needs_logits or not bounds_support(sampling, 1000)
     assert all((length == 1000) == whole and has_logits == whole for length, has_logits in spy.seen), spy.seen
@@ -231,9 +236,9 @@ def test_both_paths_agree_with_drafter_supports_a_relaxed_bonus_and_drafts_outsi
             def step(extra: np.ndarray = extra) -> tuple[np.ndarray, np.ndarray]:
                 return process(extra, sampling), extra
 
-            got = [accept_round(tokens, q, q_logits, target, rule, sampling, np.random.default_rng(seed),
-                                bonus_draft=step, bonus=bonus, dense=dense, draft_q=handed)
-                   for dense in (False, True)]
+            draft = Draft(tokens, q, q_logits, q=handed)
+            got = [accept_draft(draft, target, Acceptance(rule, sampling, bonus, dense), np.random.default_rng(seed),
+                                bonus_draft=step) for dense in (False, True)]
             assert [(e.token_id, e.verdict) for e in got[0]] == [(e.token_id, e.verdict) for e in got[1]]
             for a, b in zip(*got, strict=True):
                 for field in ("p_x", "pi_x", "accept_prob", "logp_x"):

@@ -173,19 +173,23 @@ class FakeModel:
     def __exit__(self, *_: object) -> None:
         pass
 
-    @property
-    def n_past(self) -> int:
-        return len(self.cache)
+    rollback_limit = None  # a KV cache
 
-    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> None:
+    def tokens_of(self, seq: int) -> list[int]:
+        return self.cache
+
+    def decode(self, seq: int, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> None:
         FakeModel.clock.now += FakeModel.cost(self.path.name, self.calls)
         self.calls += 1
         self.cache.extend(tokens)
 
-    def rollback(self, position: int) -> None:
+    def decode_rows(self, seqs: Sequence[int], blocks: Sequence[Sequence[int]], *, last: bool = False) -> None:
+        self.decode(seqs[0], blocks[0])
+
+    def rollback(self, seq: int, position: int) -> None:
         del self.cache[position:]
 
-    def reset(self) -> None:
+    def clear(self, seq: int) -> None:
         self.cache.clear()
 
 

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from relaxtui.decoding.vocab import check_vocab
-from relaxtui.engine.text import ChatTemplate, Message, StreamDecoder
+from relaxtui.engine.text import ChatTemplate
 from relaxtui.errors import UserError
+from relaxtui.text import Message, StreamDecoder
 
 
 @dataclass

@@ -17,17 +17,17 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from relaxtui.costmodel.profiles import CostProfile
+from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile
 from relaxtui.costmodel.timing import Timing, c_rel_problem, measure_many, rewinder, size_ratio
-from relaxtui.decoding.acceptance import Emitted, accept_round, row_spec
-from relaxtui.decoding.backend import Backend, sequence_of
-from relaxtui.decoding.drafting import Drafter, DraftRequest
+from relaxtui.decoding.acceptance import Acceptance, Emitted, accept_draft, row_spec
+from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
 from relaxtui.decoding.events import RoundTiming, Verdict
-from relaxtui.decoding.loop import _event
+from relaxtui.decoding.round import token_event
 from relaxtui.decoding.sampling import SamplingParams, argmax, process
-from relaxtui.engine.text import StreamDecoder
+from relaxtui.engine.api import Model
 from relaxtui.rules import Rule
 from relaxtui.rules.strict import Strict
+from relaxtui.text import StreamDecoder
 
 DEFAULT_CONTEXT = tuple(range(100, 132))  # 32 ordinary token ids: a short, warm context
 
@@ -47,7 +47,7 @@ class LoopCosts:
     draft_s: tuple[float, ...]  # drafting n = 1..K-1 tokens in one round: re-sync, n-1 more steps, n draws
     resync_extra_s: float  # a fully accepted round makes the next re-sync decode 2 tokens instead of 1
     emit_s: float  # per emitted token: end-of-generation check, detokenisation, the event
-    verifier_decode_s: float  # one raw verifier decode: SPEC §3's c_rel and v(k) are defined on these
+    verifier_decode_s: float  # one raw verifier decode: docs/metrics.md's c_rel and v(k) are defined on these
     drafter_decode_s: float
     # how far to trust the numbers above (`costmodel.timing`): the widest relative range of any part's kept
     # samples, whether every part passed the checks, and why not
@@ -75,22 +75,20 @@ class LoopCosts:
     def max_block(self) -> int:
         return len(self.verify_s)
 
-    def round_s(self, drafts: int) -> float:
-        """One round that verified ``drafts`` tokens (0 = a verifier-only step), emission not included. Past
-        the calibrated sizes both curves continue linearly from their last two points."""
-        if drafts == 0:
-            return self.verify_s[0]
-        return _extend(self.verify_s, drafts) + _extend(self.draft_s, drafts - 1)
-
-    def profile(self, name: str, *, verifier: str, drafter: str, hardware: str) -> CostProfile:
+    def profile(self, name: str = THIS_MACHINE, *, verifier: str = "", drafter: str = "",
+                hardware: str = "this machine", blocks: int = 0) -> CostProfile:
         """This machine as a cost profile: the verify block and drafter step the paper's formula prices, plus
-        the costs it has no term for (per drafting round, re-sync, emission)."""
+        the costs it has no term for (per drafting round, re-sync, emission). Every price of these costs is this
+        profile's (`costmodel.pricing`). ``blocks``: price verify blocks up to that size too, the measured curve
+        continued linearly past the calibrated sizes (never below its last value) — a chat's N may outgrow them."""
         step = self.draft_step_s
         first = self.draft_s[0] if self.draft_s else 0.0
+        verify = list(self.verify_s)
+        verify += [max(_extend(self.verify_s, index), self.verify_s[-1]) for index in range(len(verify), blocks)]
         return CostProfile(
             name=name, hardware=hardware, verifier=verifier, drafter=drafter,
             verifier_ar_ms=self.verify_s[0] * 1e3, drafter_ms=step * 1e3,
-            verify_ms={k: s * 1e3 for k, s in enumerate(self.verify_s, start=1)}, pricing="measured",
+            verify_ms={k: s * 1e3 for k, s in enumerate(verify, start=1)}, pricing="measured",
             source="relaxtui calibration: the loop's own functions timed on this machine",
             draft_round_ms=max(0.0, first - step) * 1e3, resync_ms=self.resync_extra_s * 1e3,
             emit_ms=self.emit_s * 1e3, timing_spread=self.spread, timing_stable=self.stable)
@@ -106,27 +104,19 @@ def _extend(curve: Sequence[float], index: int) -> float:
     return curve[-1] + slope * (index - len(curve) + 1)
 
 
-def _interleaved_medians(actions: Sequence[Callable[[], object]], repeats: int) -> list[float]:
-    """Median seconds of each action, timed round-robin (a, b, c, a, b, c, …) so that a machine that slows down
-    or speeds up mid-calibration shifts every action alike and their ratios stay fair. Outliers are dropped and a
-    too-wide set re-measured (`timing.measure_many`); `calibrate` keeps the timings themselves."""
-    return [t.median for t in measure_many(actions, repeats=repeats, warmup=0)]
-
-
-def _verify_block(verifier: Backend, k: int, sampling: SamplingParams, rule: Rule,
+def _verify_block(verifier: Model, k: int, sampling: SamplingParams, rule: Rule,
                   rng: np.random.Generator) -> None:
     """Decode a k-token block, accept its k-1 drafts as the loop would, roll back."""
     back = rewinder(verifier)  # a rollback, or on recurrent memory a checkpoint restored
-    block = list(verifier.cached_tokens[-k:])  # real, distinct tokens, as a draft block would be
-    logits = verifier.decode(block, logits_rows=range(k))  # whole rows or the engine's candidates, as the loop's
+    block = list(verifier.tokens_of(0)[-k:])  # real, distinct tokens, as a draft block would be
+    logits = verifier.decode_rows([0], [block])[0]  # whole rows or the engine's candidates, as the loop's
     drafts = [argmax(row) for row in logits[: k - 1]]  # likely accepted: the costly path
     probs = np.stack([process(row, sampling) for row in logits[: k - 1]]) if k > 1 else np.empty((0, 0))
-    whole = isinstance(logits, np.ndarray)
-    accept_round(drafts, probs, logits[: k - 1] if k > 1 and whole else None, logits, rule, sampling, rng)
+    accept_draft(Draft(drafts, probs, logits[: k - 1]), logits, Acceptance(rule, sampling), rng)
     back()
 
 
-def _emit_seconds(verifier: Backend, tokens: Sequence[int], repeats: int = 200) -> float:
+def _emit_seconds(verifier: Model, tokens: Sequence[int], repeats: int = 200) -> float:
     decoder = StreamDecoder()
     timing = RoundTiming(0, 0, 0, 0.0, 0.0, 0.0, 0.0)
     item = Emitted(tokens[0], Verdict.VERIFIER, 0, 0.5, None, 0.5, None, ())
@@ -135,11 +125,11 @@ def _emit_seconds(verifier: Backend, tokens: Sequence[int], repeats: int = 200) 
         token = tokens[index % len(tokens)]
         verifier.is_eog(token)
         text = decoder.push(verifier.token_piece(token))
-        _event(index, item, text, timing, 0)
+        token_event(index, item, text, timing, 0)
     return (time.perf_counter() - started) / repeats
 
 
-def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sampling: SamplingParams,
+def calibrate(verifier: Model, drafter: Drafter | None, *, max_block: int, sampling: SamplingParams,
               rule: Rule | None = None, context: Sequence[int] = DEFAULT_CONTEXT, repeats: int = 5,
               seed: int = 0, whole_rows: bool = False) -> LoopCosts:
     """Time every part of a round for blocks of 1..max_block tokens (drafts of 0..max_block-1); drafting is timed
@@ -147,14 +137,14 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
     a fresh generation expects (its prefill decodes the prompt again)."""
     rule = rule or Strict()
     rng = np.random.default_rng(seed)
-    rows = sequence_of(verifier)  # the rows a generation with this rule and sampling runs on (row_spec), timed so
-    rows.use_candidates(row_spec(rule, sampling, verifier.n_vocab, dense=whole_rows))
+    # the rows a generation with this rule and sampling runs on (row_spec), timed so
+    verifier.set_candidates(0, row_spec(rule, sampling, verifier.n_vocab, dense=whole_rows))
     timed_drafter = drafter if drafter is not None and drafter.traits.holds_model else None
     held = timed_drafter.traits.n_ctx if timed_drafter is not None else None
     room = min(verifier.n_ctx, held if held is not None else verifier.n_ctx) - max_block - 4
     context = list(context)[-max(room, 2):]  # a small --ctx-size still calibrates (on a shorter context)
-    verifier.reset()
-    verifier.decode(context)
+    verifier.clear(0)
+    verifier.decode(0, context)
     extended = [*context, context[0], context[1]]
 
     def verify(k: int) -> Callable[[], None]:
@@ -163,28 +153,30 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
     back = rewinder(verifier)
 
     def single_verifier() -> None:
-        verifier.decode([context[-1]], logits_rows=[0])
+        verifier.decode(0, [context[-1]], [0])
         back()
 
     def draft(n: int, tokens: Sequence[int] = context) -> Callable[[], object]:
         # the cache holds the context (and the last draft): a round's re-sync decodes one token, as after a
         # rejection; then n - 1 more steps
+        if timed_drafter is None:  # (drafting is timed only for a drafter that runs a model)
+            raise RuntimeError("calibrate: a draft step timed without a drafter that runs a model")
         request = DraftRequest(0, tokens, n, sampling, rng, whole_rows=whole_rows or rule.needs_logits)
-        return lambda: timed_drafter.draft([request])  # type: ignore[union-attr]
-
-    draft_extended = draft(1, extended)
-
-    def resync_two() -> None:
-        timed_drafter.begin(0, [*context, context[0]], reuse="longest")  # type: ignore[union-attr]  # holds the context
-        draft_extended()
-
-    def single_drafter() -> None:
-        timed_drafter.step(0, context)  # type: ignore[union-attr]
+        return lambda: timed_drafter.draft([request])
 
     # Named actions, timed round-robin in the order a round runs them (draft n, then verify n + 1): the two
     # models' weights and buffers evict each other from the caches as they do in the loop.
     named: list[tuple[str, Callable[[], object]]] = [("verify1", verify(1)), ("single_verifier", single_verifier)]
     if timed_drafter is not None:
+        draft_extended = draft(1, extended)
+
+        def resync_two() -> None:
+            timed_drafter.begin(0, [*context, context[0]], reuse="longest")  # holds the context
+            draft_extended()
+
+        def single_drafter() -> None:
+            timed_drafter.step(0, context)
+
         timed_drafter.release(0)
         draft(1)()  # prefill the drafter's cache
         named += [("one", draft(1)), ("resync", resync_two), ("single_drafter", single_drafter)]
@@ -199,8 +191,8 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
                                                                     timed_drafter))
     medians = {name: t.median for name, t in zip(names, timings, strict=True)}
     emit = _emit_seconds(verifier, context)
-    verifier.reset()
-    rows.use_candidates(None)
+    verifier.clear(0)
+    verifier.set_candidates(0, None)
     verify_s = tuple(medians[f"verify{k}"] for k in range(1, max_block + 1))
     draft_s: tuple[float, ...] = (0.0,) * (max_block - 1)  # a drafter with no model (n-gram) costs ~nothing
     resync = drafter_single = 0.0
@@ -215,7 +207,7 @@ def calibrate(verifier: Backend, drafter: Drafter | None, *, max_block: int, sam
                      stable=unstable is None, unstable_reason=unstable)
 
 
-def _calibration_problem(timings: dict[str, Timing], verifier: Backend, drafter: Drafter | None) -> str | None:
+def _calibration_problem(timings: dict[str, Timing], verifier: Model, drafter: Drafter | None) -> str | None:
     """A calibration whose implied c_rel no steady machine gives (`timing.c_rel_problem`) is measured again."""
     if drafter is None or "single_drafter" not in timings:
         return None

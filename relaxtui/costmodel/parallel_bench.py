@@ -3,9 +3,10 @@
 Protocol: for each pass, for each K, for each mode, K sequences (the bench prompts in turn, seeds seed+i) run
 to ``max_tokens`` through the batched loop, so machine drift hits every K and mode alike. ``tokens_per_s`` is
 output tokens summed over the K sequences over the decode wall time (prefill, done per sequence as a slot
-fills, is left out, as in SPEC §3); ``per_sequence_tokens_per_s`` is what each sequence saw (mean of its own
-rate). On a CPU one batch of 8 rows costs ~4 single steps (SPEC §8), so batching sequences pays where drafting
-often does not: the verify batch is already wide, and drafts make it wider still. Compute only: the CLI renders.
+fills, is left out, as in docs/metrics.md); ``per_sequence_tokens_per_s`` is what each sequence saw (mean of its own
+rate). On a CPU one batch of 8 rows costs ~4 single steps (docs/architecture.md#many-sequences), so batching sequences
+pays where drafting often does not: the verify batch is already wide, and drafts make it wider still. Compute only: the
+CLI renders.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from relaxtui.decoding.backend import MultiBackend
 from relaxtui.decoding.batched import Job, generate_many
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.events import Metrics
-from relaxtui.decoding.loop import GenerationConfig
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.api import Model
 
 MODES = ("no-spec", "strict")
 
@@ -38,7 +39,7 @@ class ParallelRun:
     spec_vs_no_spec: float = 0.0  # strict tokens_per_s over the verifier alone's at the same K (strict rows)
 
 
-def _one(verifier: MultiBackend, drafter: Drafter | None, prompts: Sequence[Sequence[int]], k: int, mode: str,
+def _one(verifier: Model, drafter: Drafter | None, prompts: Sequence[Sequence[int]], k: int, mode: str,
          draft_max: int, max_tokens: int, sampling: SamplingParams, seed: int) -> tuple[float, list[Metrics]]:
     """Run K sequences at once; (decode wall seconds, each sequence's metrics)."""
     strict = mode == "strict"
@@ -50,7 +51,7 @@ def _one(verifier: MultiBackend, drafter: Drafter | None, prompts: Sequence[Sequ
     return time.perf_counter() - started - sum(m.prefill_s for m in metrics), metrics
 
 
-def run_parallel_bench(verifier: MultiBackend, drafter: Drafter | None, prompts: Sequence[Sequence[int]], *,
+def run_parallel_bench(verifier: Model, drafter: Drafter | None, prompts: Sequence[Sequence[int]], *,
                        ks: Sequence[int], draft_max: int, max_tokens: int = 96, sampling: SamplingParams | None = None,
                        seed: int = 0, passes: int = 2,
                        progress: Callable[[str], None] = lambda _: None) -> list[ParallelRun]:

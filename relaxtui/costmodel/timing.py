@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
-from relaxtui.decoding.backend import Backend, sequence_of
+from relaxtui.engine.api import Model
 
 K_OUTLIER = 3.5  # robust standard deviations from the median beyond which a sample is an outlier
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal noise
@@ -182,41 +182,40 @@ def size_ratio(drafter: object, verifier: object) -> float | None:
 STEP_CONTEXT = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
-def rewinder(model: Backend) -> Callable[[], None]:
-    """Puts ``model``'s cache back where it is now: a rollback on a KV cache; on recurrent memory (which cannot
+def rewinder(model: Model) -> Callable[[], None]:
+    """Puts sequence 0 of ``model`` back where it is now: a rollback on a KV cache; on recurrent memory (which cannot
     roll back past its last decode's snapshots) a checkpoint restored, whose state copy the timing then includes."""
-    if getattr(model, "rollback_limit", None) is None:
-        start = model.n_past
-        return lambda: model.rollback(start)
-    view = sequence_of(model)
-    saved = view.checkpoint()
-    return lambda: view.restore(saved)
+    if model.rollback_limit is None:
+        start = len(model.tokens_of(0))
+        return lambda: model.rollback(0, start)
+    saved = model.checkpoint(0)
+    return lambda: model.restore(saved)
 
 
-def step_timings(models: Sequence[Backend], *, repeats: int, warmup: int = 1, retries: int = RETRIES,
+def step_timings(models: Sequence[Model], *, repeats: int, warmup: int = 1, retries: int = RETRIES,
                  context: Sequence[int] = STEP_CONTEXT, clock: Clock = time.perf_counter,
                  check: Check | None = None) -> list[Timing]:
     """One single-token decode of each model (all logits, as the loop asks for), timed interleaved after a
     prefill of ``context`` and ``warmup`` untimed steps. Leaves every cache empty."""
     context = list(context)
 
-    def step(model: Backend) -> Callable[[], None]:
+    def step(model: Model) -> Callable[[], None]:
         back = rewinder(model)
 
         def once() -> None:
-            model.decode([context[-1]], logits_rows=range(1))
+            model.decode_rows([0], [[context[-1]]])
             back()
         return once
 
     for model in models:
-        model.reset()
-        model.decode(context)  # the first pass over the weights pays the page cache
+        model.clear(0)
+        model.decode(0, context)  # the first pass over the weights pays the page cache
     try:
         return measure_many([step(model) for model in models], repeats=repeats, warmup=warmup, retries=retries,
                             clock=clock, check=check)
     finally:
         for model in models:
-            model.reset()
+            model.clear(0)
 
 
 # -- whole runs (bench) ---------------------------------------------------------------------------------------

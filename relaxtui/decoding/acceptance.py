@@ -1,12 +1,13 @@
-"""Step 3 and 4 of a speculative round (SPEC §2): accept a prefix of the draft, then resample or bonus.
+"""Step 3 and 4 of a speculative round (docs/method.md): accept a prefix of the draft, then resample or bonus.
 
-Pure: arrays and a generator in, a list of emitted tokens with their provenance out. The loop owns the
-models; this owns the maths, so it can be tested on hand-made distributions.
+Pure: rows and a generator in, a list of emitted tokens with their provenance out. The loop owns the models; this
+owns the maths, so it can be tested on hand-made distributions.
 
-Two paths give the same law and, from the same generator, the same tokens. The *dense* one hands each rule whole
-rows over the vocabulary. The *support* one — taken when top-k/top-p bound the support and the rule does not
-declare ``needs_logits`` — hands it p and q on the union of their supports (a few dozen ids): every rule but the
-logit-reading ones computes elementwise over p and q, and both are zero elsewhere, so nothing changes but the cost.
+``accept_draft`` picks one of three paths. *Greedy* matches argmaxes (every rule, docs/method.md). The *support*
+path — taken when top-k/top-p bound the support and the rule does not declare ``needs_logits`` — hands the rule p
+and q on the union of their supports (a few dozen ids): every rule but the logit-reading ones computes elementwise
+over p and q, and both are zero elsewhere, so nothing changes but the cost. The *dense* path hands it whole rows
+over the vocabulary. The support and dense paths give the same law and, from the same generator, the same tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxtui.decoding.events import Verdict
+from relaxtui.decoding.drafting import Draft
+from relaxtui.decoding.events import Emitted, Shown, Verdict
 from relaxtui.decoding.sampling import (
     Candidates,
     SamplingParams,
@@ -26,34 +28,33 @@ from relaxtui.decoding.sampling import (
     candidates,
     process,
     sample,
-    scatter,
 )
-from relaxtui.engine.api import Row, RowSpec, TopLogits, position
+from relaxtui.engine.api import Row, Rows, RowSpec, as_rows
 from relaxtui.errors import NumericsError
 from relaxtui.rules.base import Rule, accept_chance, require_finite, require_finite_values, residual
 
 DraftStep = Callable[[], tuple[np.ndarray, np.ndarray | None]]  # one extra drafter step: (q, raw logits) at N+1
+Point = tuple[float, float, float, float, tuple[tuple[str, float], ...]]  # p(x), q(x), π(x), chance, statistic
+NO_DRAFT = Draft([], None, None)  # a verifier-only step's
 
 
 @dataclass(frozen=True, slots=True)
-class Emitted:
-    token_id: int
-    verdict: Verdict
-    draft_position: int
-    p_x: float
-    q_x: float | None
-    pi_x: float
-    accept_prob: float | None
-    statistic: tuple[tuple[str, float], ...]
-    rejected_token: int | None = None
-    # the distributions behind the token, for top-alternative lookups (arrays, or plain numbers where an accepted
-    # draft's test read only p(x) and q(x): none were built)
-    p_row: np.ndarray | Sequence[float] | None = None
-    q_row: np.ndarray | Sequence[float] | None = None
-    row_ids: np.ndarray | Sequence[int] | None = None  # the token ids p_row/q_row are over (support path); None: the
-    # vocabulary
-    q_ids: np.ndarray | Sequence[int] | None = None  # the ids q_row is over when they are not row_ids
-    logp_x: float | None = None  # log p(x) under the verifier's raw row at temperature 1 (the drift signal)
+class Acceptance:
+    """How a generation judges every round's draft (the same for all its rounds).
+
+    bonus: "auto" (the rule's own policy: relaxed for scd, p otherwise), "target" (always p) or "relaxed" (the
+    rule's target at N+1 for every rule); a verifier-only step always samples p. dense: whole rows even where the
+    support path applies (``takes_support``). show: attach the distributions behind each token (``Shown``), for a
+    face that shows alternatives."""
+
+    rule: Rule
+    sampling: SamplingParams
+    bonus: str = "auto"
+    dense: bool = False
+    show: bool = False
+
+    def on_support(self, vocab_size: int) -> bool:
+        return not self.dense and takes_support(self.rule, self.sampling, vocab_size)
 
 
 def takes_support(rule: Rule, sampling: SamplingParams, vocab_size: int) -> bool:
@@ -77,96 +78,50 @@ def row_spec(rule: Rule, sampling: SamplingParams, vocab_size: int, *, dense: bo
     return None if logprobs and rule.may_leave_support else RowSpec(k, logprobs)
 
 
-def accept_round(draft_tokens: list[int], draft_probs: np.ndarray | None, draft_logits: np.ndarray | None,
-                 target_logits: np.ndarray | Sequence[TopLogits], rule: Rule, sampling: SamplingParams,
-                 rng: np.random.Generator,
-                 bonus_draft: DraftStep | None = None, bonus: str = "auto", dense: bool = False,
-                 draft_q: Sequence[Candidates] = ()) -> list[Emitted]:
+def accept_draft(draft: Draft | None, rows: Rows, acceptance: Acceptance, rng: np.random.Generator,
+                 bonus_draft: DraftStep | None = None) -> list[Emitted]:
     """Emit 1..N+1 tokens for one round.
 
-    draft_probs: [N, vocab] processed q_i; draft_logits: [N, vocab] raw drafter logits (or None);
-    target_logits: [N+1, vocab] raw verifier logits of the batch [last, x_1..x_N], or N+1 ``TopLogits`` (the
-    engine's candidate rows, ``row_spec``).
-    bonus_draft: returns (q, logits_q) at position N+1 (one extra drafter step), for a relaxed bonus.
-    bonus: "auto" (the rule's own policy: relaxed for scd, p otherwise), "target" (always p) or "relaxed"
-    (the rule's target at N+1 for every rule); a verifier-only step always samples p.
-    dense: whole rows even where the support path applies (``takes_support``).
-    draft_q: per position, q_i on its support (a drafter on candidate rows hands only these: ``draft_probs`` is
-    then None, and whole rows are built from them where a path needs them).
-    """
-    num_draft = len(draft_tokens)
-    assert len(target_logits) == num_draft + 1, "verifier rows must be N+1"
-    if sampling.greedy:
-        return _accept_greedy(draft_tokens, draft_logits, target_logits)
-    top = isinstance(target_logits[0], TopLogits)  # candidate rows from the engine (row_spec chose them)
-    vocab_size = target_logits[0].vocab_size if top else target_logits.shape[-1]
-    on_support = not dense and takes_support(rule, sampling, vocab_size)
-    if top and not on_support:
-        raise ValueError(f"rule {rule.name!r} was handed candidate rows but needs whole ones")
-    if draft_probs is None:  # only q on its support came: whole rows where this round's path needs them
-        draft_probs = scatter(draft_q, vocab_size) if not on_support else None
+    draft: the N drafted tokens with q (``Draft.probs`` whole, or ``Draft.q`` on its support) and the drafter's raw
+    rows; None: a verifier-only step. rows: the verifier's N+1 raw rows of the batch [last, x_1..x_N], whole or the
+    engine's candidates (``row_spec``). bonus_draft: (q, raw logits) at N+1, one extra drafter step, paid only for a
+    relaxed bonus."""
+    rows, draft = as_rows(rows), draft if draft is not None else NO_DRAFT
+    assert len(rows) == len(draft.tokens) + 1, "verifier rows must be N+1"
+    if acceptance.sampling.greedy:
+        return _greedy(draft, rows, acceptance.show)
+    if acceptance.on_support(rows[0].vocab_size):
+        return _on_support(draft, rows, acceptance, rng, bonus_draft)
+    if not rows[0].complete:
+        raise ValueError(f"rule {acceptance.rule.name!r} was handed candidate rows but needs whole ones")
+    return _dense(draft, rows, acceptance, rng, bonus_draft)
+
+
+# -- the support path ---------------------------------------------------------------------------------------------
+def _on_support(draft: Draft, rows: Sequence[Row], acceptance: Acceptance, rng: np.random.Generator,
+                bonus_draft: DraftStep | None) -> list[Emitted]:
+    """p and q on their candidates: a rule whose test reads p(x) and q(x) alone (``Rule.pointwise``) builds no
+    arrays unless it rejects; the others, and every residual, see p and q on the union of the two supports."""
     emitted: list[Emitted] = []
-    for i, x in enumerate(draft_tokens):
-        q_full = draft_probs[i] if draft_probs is not None else None
-        tested = False  # the acceptance test drew its uniform already (and rejected)
-        if on_support:
-            p_at, q_at = candidates(target_logits[i], sampling), _q_on_support(i, draft_q, q_full)
-            point = _pointwise(rule, p_at, q_at, x, i + 1)
-            if point is not None:  # the test needs p(x) and q(x) alone: arrays only for a rejection's residual
-                tested = True
-                p_x, q_x, pi_x, chance, statistic = point
-                if rng.random() < chance:
-                    (p_ids, p_row), (q_ids, q_row) = p_at.held(), q_at.held()
-                    emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, p_x, q_x, pi_x, chance, statistic,
-                                           p_row=p_row, q_row=q_row, row_ids=p_ids, q_ids=q_ids,
-                                           logp_x=log_prob(target_logits[i], x)))
-                    continue  # (rejected: the arrays below, for the residual; decide gives the same numbers again)
-            ids, p, q, x_at = _on_support(p_at, q_at, x)
-            logits_p = logits_q = None  # a support-path rule reads no logits (it declared so)
-        else:
-            ids, p, q, x_at = None, process(target_logits[i], sampling), q_full, x
-            logits_p, logits_q = target_logits[i], draft_logits[i] if draft_logits is not None else None
-        try:
-            decision = rule.decide(p, q, x_at, logits_p=logits_p, logits_q=logits_q)
-        except NumericsError as exc:
-            raise NumericsError(f"rule {rule!r} at draft position {i + 1}: {exc}") from None
-        require_finite(decision, p, q, x_at, rule=repr(rule), position=i + 1)
-        # uniform in [0, 1) as float64: u < 1 always accepts an accept_prob of 1, never one of 0.
-        if not tested and rng.random() < decision.accept_prob:
-            emitted.append(Emitted(x, Verdict.ACCEPTED, i + 1, float(p[x_at]), float(q[x_at]),
-                                   float(decision.pi_rej[x_at]), decision.accept_prob, decision.statistic,
-                                   p_row=p, q_row=q, row_ids=ids, logp_x=log_prob(target_logits[i], x)))
-            continue
-        y_at = sample(residual(decision.pi_res, q) if rule.subtract_draft else decision.pi_res, rng)
-        y = int(ids[y_at]) if ids is not None else y_at
-        emitted.append(Emitted(y, Verdict.RESAMPLED, i + 1, float(p[y_at]), float(q[y_at]),
-                               float(decision.pi_res[y_at]), decision.accept_prob, decision.statistic,
-                               rejected_token=x, p_row=p, q_row=q, row_ids=ids,
-                               logp_x=log_prob(target_logits[i], y)))
-        return emitted
-    last = target_logits[num_draft]
-    verdict = Verdict.BONUS if num_draft else Verdict.VERIFIER
-    position = num_draft + 1 if num_draft else 0
-    policy = bonus if num_draft else "target"
-    if on_support and not _relaxed(rule, policy, bonus_draft):  # π_bonus = p: one draw from its candidates
-        found = candidates(last, sampling)
-        found_ids, found_probs = found.held()
-        at = found.index_at(rng)
-        y, p_y = int(found_ids[at]), float(found_probs[at])
-        emitted.append(Emitted(y, verdict, position, p_y, None, p_y, None, (), p_row=found_probs, row_ids=found_ids,
-                               logp_x=log_prob(last, y)))
-        return emitted
-    p = process(last, sampling)
-    pi_bonus, q_next = _bonus_target(p, None if top else last, rule, policy, bonus_draft)
-    y = sample(pi_bonus, rng)
-    q_y = float(q_next[y]) if q_next is not None else None
-    emitted.append(Emitted(y, verdict, position, float(p[y]), q_y, float(pi_bonus[y]), None, (), p_row=p,
-                           q_row=q_next, logp_x=log_prob(last, y)))
+    rule, show = acceptance.rule, acceptance.show
+    for i, x in enumerate(draft.tokens):
+        row = rows[i]
+        p, q = candidates(row, acceptance.sampling), _q_on_support(draft, i)
+        point = _pointwise(rule, p, q, x, i + 1)
+        if point is not None and rng.random() < point[3]:
+            emitted.append(_accepted(x, i + 1, point, row, _shown_held(p, q) if show else None))
+            continue  # (rejected: the arrays below, for the residual; decide gives the same numbers again)
+        ids, p_on, q_on, x_at = _union(p, q, x)
+        item = _judge(rule, _Judged(p_on, q_on, x, x_at, i + 1, ids), row, rng, show, tested=point is not None)
+        emitted.append(item)
+        if item.verdict is Verdict.RESAMPLED:
+            return emitted
+    n = len(draft.tokens)
+    emitted.append(_bonus(rows[n], n, acceptance, rng, bonus_draft, on_support=True))
     return emitted
 
 
-def _pointwise(rule: Rule, p: Candidates, q: Candidates, x: int,
-               position: int) -> tuple[float, float, float, float, tuple[tuple[str, float], ...]] | None:
+def _pointwise(rule: Rule, p: Candidates, q: Candidates, x: int, position: int) -> Point | None:
     """(p(x), q(x), π_rej(x), acceptance probability, statistic) from p's and q's candidates, for a rule whose
     test reads p(x) and q(x) alone (``Rule.pointwise``), with ``decide``'s checks; None for any other rule."""
     p_x, q_x = p.prob_of(x), q.prob_of(x)
@@ -183,15 +138,30 @@ def _pointwise(rule: Rule, p: Candidates, q: Candidates, x: int,
     return p_x, q_x, pi_x, chance, statistic
 
 
-def _q_on_support(i: int, draft_q: Sequence[Candidates], q_full: np.ndarray | None) -> Candidates:
+def _accepted(x: int, position: int, point: Point, row: Row, shown: Shown | None) -> Emitted:
+    p_x, q_x, pi_x, chance, statistic = point
+    return Emitted(x, Verdict.ACCEPTED, position, p_x, q_x, pi_x, chance, statistic, logp_x=row.log_prob(x),
+                   shown=shown)
+
+
+def _shown_held(p: Candidates, q: Candidates) -> Shown:
+    """p and q as their candidates hold them (plain numbers stay plain: an accepted pointwise test built nothing)."""
+    (p_ids, p_probs), (q_ids, q_probs) = p.held(), q.held()
+    return Shown(p_probs, q_probs, p_ids, q_ids)
+
+
+def _q_on_support(draft: Draft, i: int) -> Candidates:
     """q_i on its support: as the drafter handed it, else gathered from its whole row (where it is non-zero)."""
-    if i < len(draft_q):
-        return draft_q[i]
+    if i < len(draft.q):
+        return draft.q[i]
+    if draft.probs is None:  # (a drafter hands q on its support, or whole rows of it: Draft)
+        raise ValueError(f"draft position {i} has no q: neither on its support nor as a whole row")
+    q_full = draft.probs[i]
     ids = np.flatnonzero(q_full)
-    return Candidates(ids, q_full[ids])  # type: ignore[index]
+    return Candidates(ids, q_full[ids])
 
 
-def _on_support(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _union(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(ids, p, q, index of x) on the union of p's and q's supports (and x: a draft q gives no mass is still
     judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one."""
     ids = np.concatenate((p.ids, q.ids, (x,)))
@@ -203,121 +173,149 @@ def _on_support(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.nd
     return ids, p_on, q_on, int(ids.searchsorted(x))
 
 
+# -- the dense path -----------------------------------------------------------------------------------------------
+def _dense(draft: Draft, rows: Sequence[Row], acceptance: Acceptance, rng: np.random.Generator,
+           bonus_draft: DraftStep | None) -> list[Emitted]:
+    """Whole rows over the vocabulary, with the raw logits of both models for a rule that reads them."""
+    emitted: list[Emitted] = []
+    n = len(draft.tokens)
+    q_rows = draft.dense_probs(rows[0].vocab_size)
+    q_logits = as_rows(draft.logits) if draft.logits is not None else None
+    for i, x in enumerate(draft.tokens):
+        row = rows[i]
+        judged = _Judged(process(row, acceptance.sampling), q_rows[i], x, x, i + 1, None, row.vocab_logits(),
+                         q_logits[i].vocab_logits() if q_logits is not None else None)
+        item = _judge(acceptance.rule, judged, row, rng, acceptance.show)
+        emitted.append(item)
+        if item.verdict is Verdict.RESAMPLED:
+            return emitted
+    emitted.append(_bonus(rows[n], n, acceptance, rng, bonus_draft, on_support=False))
+    return emitted
+
+
+# -- shared by the sampled paths ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """What the rule decides on at one draft position: p and q as arrays (over ``ids``; None: the vocabulary), the
+    drafted token and its index in them, and the raw logits a rule that reads them gets."""
+
+    p: np.ndarray
+    q: np.ndarray
+    x: int
+    x_at: int
+    position: int
+    ids: np.ndarray | None = None
+    logits_p: np.ndarray | None = None
+    logits_q: np.ndarray | None = None
+
+
+def _judge(rule: Rule, at: _Judged, row: Row, rng: np.random.Generator, show: bool, *,
+           tested: bool = False) -> Emitted:
+    """The rule's decision: accept x with its probability (unless a pointwise test already drew and rejected it:
+    ``tested``), else emit a draw from the residual (π_res − q)+ (or π_res for a rule that does not subtract q)."""
+    p, q, x_at = at.p, at.q, at.x_at
+    try:
+        decision = rule.decide(p, q, x_at, logits_p=at.logits_p, logits_q=at.logits_q)
+    except NumericsError as exc:
+        raise NumericsError(f"rule {rule!r} at draft position {at.position}: {exc}") from None
+    require_finite(decision, p, q, x_at, rule=repr(rule), position=at.position)
+    shown = Shown(p, q, at.ids) if show else None
+    # uniform in [0, 1) as float64: u < 1 always accepts an accept_prob of 1, never one of 0.
+    if not tested and rng.random() < decision.accept_prob:
+        return Emitted(at.x, Verdict.ACCEPTED, at.position, float(p[x_at]), float(q[x_at]),
+                       float(decision.pi_rej[x_at]), decision.accept_prob, decision.statistic,
+                       logp_x=row.log_prob(at.x), shown=shown)
+    y_at = sample(residual(decision.pi_res, q) if rule.subtract_draft else decision.pi_res, rng)
+    y = int(at.ids[y_at]) if at.ids is not None else y_at
+    return Emitted(y, Verdict.RESAMPLED, at.position, float(p[y_at]), float(q[y_at]), float(decision.pi_res[y_at]),
+                   decision.accept_prob, decision.statistic, rejected_token=at.x, logp_x=row.log_prob(y), shown=shown)
+
+
+def _bonus(last: Row, n: int, acceptance: Acceptance, rng: np.random.Generator, bonus_draft: DraftStep | None, *,
+           on_support: bool) -> Emitted:
+    """The token after N accepted drafts (N = 0: a verifier-only step): from p — on the support path one draw from
+    its candidates — or, for a relaxed bonus, from the rule's target at N+1 (which needs q there)."""
+    verdict, position, policy = (Verdict.BONUS, n + 1, acceptance.bonus) if n else (Verdict.VERIFIER, 0, "target")
+    rule, show = acceptance.rule, acceptance.show
+    relaxed = _relaxed(rule, policy, bonus_draft)
+    if on_support and not relaxed:  # π_bonus = p: one draw from its candidates
+        found = candidates(last, acceptance.sampling)
+        found_ids, found_probs = found.held()
+        at = found.index_at(rng)
+        y, p_y = int(found_ids[at]), float(found_probs[at])
+        return Emitted(y, verdict, position, p_y, None, p_y, None, (), logp_x=last.log_prob(y),
+                       shown=Shown(found_probs, None, found_ids) if show else None)
+    p = process(last, acceptance.sampling)
+    pi_bonus, q_next = p, None
+    if relaxed and bonus_draft is not None:  # the extra drafter step, paid only when the policy needs it
+        q_next, logits_q_next = bonus_draft()
+        target = rule.bonus if policy == "auto" else rule.relaxed_target
+        pi_bonus = target(p, q_next, logits_p=last.vocab_logits(), logits_q=logits_q_next)
+    y = sample(pi_bonus, rng)
+    q_y = float(q_next[y]) if q_next is not None else None
+    return Emitted(y, verdict, position, float(p[y]), q_y, float(pi_bonus[y]), None, (), logp_x=last.log_prob(y),
+                   shown=Shown(p, q_next) if show else None)
+
+
 def _relaxed(rule: Rule, policy: str, bonus_draft: DraftStep | None) -> bool:
     """Whether the bonus draws from the rule's target at N+1 (which needs q there) rather than from p."""
     return bonus_draft is not None and (policy == "relaxed" or (policy == "auto" and rule.relaxed_bonus))
 
 
-def log_prob(logits: Row, token: int) -> float | None:
-    """log p(token) under a raw logits row at temperature 1: one exp pass in float32 with a float64 sum (1e-7
-    relative, far inside what the drift signals resolve), cheaper than a float64 softmax of the row. A candidate
-    row answers from the engine's normaliser (None without one, or for a token outside its top k)."""
-    if isinstance(logits, TopLogits):
-        return logits.log_prob(token)
-    top = float(np.max(logits))
-    total = float(np.exp(np.asarray(logits, dtype=np.float32) - np.float32(top)).sum(dtype=np.float64))
-    return float(logits[token]) - top - math.log(total)
-
-
-def _bonus_target(p: np.ndarray, logits_p: np.ndarray | None, rule: Rule, policy: str,
-                  bonus_draft: DraftStep | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(π_bonus, q at N+1 or None). The extra drafter step is paid only when the policy needs it."""
-    if not _relaxed(rule, policy, bonus_draft):
-        return p, None
-    q_next, logits_q_next = bonus_draft()  # type: ignore[misc]
-    if policy == "auto":
-        return rule.bonus(p, q_next, logits_p=logits_p, logits_q=logits_q_next), q_next
-    return rule.relaxed_target(p, q_next, logits_p=logits_p, logits_q=logits_q_next), q_next
-
-
-def _accept_greedy(draft_tokens: list[int], draft_logits: np.ndarray | Sequence[TopLogits] | None,
-                   target_logits: np.ndarray | Sequence[TopLogits]) -> list[Emitted]:
-    """Temperature 0: exact argmax matching for every rule (SPEC §2); probabilities reported at T=1 (the pass
-    that shows p(x) also gives log p(x), so the drift signal costs nothing more here). Candidate rows bring the
-    argmax from the engine, and p(x) and q(x) at T=1 only when it added the normaliser (else the processed
-    one-hot's: 1 for the argmax)."""
+# -- the greedy path ----------------------------------------------------------------------------------------------
+def _greedy(draft: Draft, rows: Sequence[Row], show: bool) -> list[Emitted]:
+    """Temperature 0: exact argmax matching for every rule (docs/method.md); p(x) and q(x) reported at T=1 (the pass
+    that gives p(x) also gives log p(x), so the drift signal costs nothing more here). Candidate rows bring the argmax
+    from the engine, and p(x) and q(x) at T=1 only when it added the normaliser (else the processed one-hot's: 1 for
+    the argmax)."""
     emitted: list[Emitted] = []
-    for i, x in enumerate(draft_tokens):
-        target, p, ids, lse = _greedy_row(target_logits[i])
-        # the emitted token is the argmax either way (x itself when accepted): q and p are shown at it
-        q, q_ids, q_x = _greedy_q(draft_logits[i], ids, target) if draft_logits is not None else (None, None, None)
+    tokens, drafted = draft.tokens, as_rows(draft.logits) if draft.logits is not None else None
+    for i, x in enumerate(tokens):
+        row, q_row = rows[i], drafted[i] if drafted is not None else None
+        target = row.argmax()  # the emitted token either way (x itself when accepted): q and p are shown at it
+        shown = _greedy_shown(row, q_row) if show else None  # (first: a whole row's pass sets its normaliser)
+        logp = row.log_prob(target)
         accepted = x == target
         chance = 1.0 if accepted else 0.0
-        emitted.append(Emitted(target, Verdict.ACCEPTED if accepted else Verdict.RESAMPLED, i + 1,
-                               _p_at(p, ids, target), q_x, 1.0, chance, (("accept_prob", chance),),
-                               rejected_token=None if accepted else x, p_row=p, q_row=q, row_ids=ids, q_ids=q_ids,
-                               logp_x=_logp(target_logits[i], target, lse)))
+        emitted.append(Emitted(target, Verdict.ACCEPTED if accepted else Verdict.RESAMPLED, i + 1, _p_of(logp),
+                               _greedy_q(q_row, target), 1.0, chance, (("accept_prob", chance),),
+                               rejected_token=None if accepted else x, logp_x=logp, shown=shown))
         if not accepted:
             return emitted
-    last = target_logits[len(draft_tokens)]
-    target, p, ids, lse = _greedy_row(last)
-    verdict = Verdict.BONUS if draft_tokens else Verdict.VERIFIER
-    emitted.append(Emitted(target, verdict, len(draft_tokens) + 1 if draft_tokens else 0, _p_at(p, ids, target),
-                           None, 1.0, None, (), p_row=p, row_ids=ids, logp_x=_logp(last, target, lse)))
+    last = rows[len(tokens)]
+    target = last.argmax()
+    shown = _greedy_shown(last, None) if show else None
+    logp = last.log_prob(target)
+    emitted.append(Emitted(target, Verdict.BONUS if tokens else Verdict.VERIFIER, len(tokens) + 1 if tokens else 0,
+                           _p_of(logp), None, 1.0, None, (), logp_x=logp, shown=shown))
     return emitted
 
 
-def _greedy_q(row: Row, p_ids: np.ndarray | None, token: int) -> tuple[np.ndarray | None, np.ndarray | None,
-                                                                       float | None]:
-    """(q to show, the ids it is over (None: those p is over), q(token)) of a greedy draft row: at T=1 from a whole
-    row or from candidates with the normaliser; from candidates without (asked only when no alternatives are shown),
-    nothing to show and q(token) the processed one-hot's. A whole q beside a candidate p (an MTP head's rows) is
-    shown on as many of its likeliest ids as p is."""
-    if isinstance(row, TopLogits):
-        probs = row.probs()
-        if probs is None:  # the processed one-hot: exact everywhere (nothing shown: no alternatives were asked)
-            return None, None, float(token == row.argmax())
-        at = position(row.ids, token)
-        return probs, row.ids, float(probs[at]) if at is not None else None  # (below its top k: not guessed)
-    whole = _shown(row)[0]
-    if p_ids is None:
-        return whole, None, float(whole[token])
-    top = np.argpartition(whole, -len(p_ids))[-len(p_ids):] if len(p_ids) < len(whole) else np.arange(len(whole))
-    return whole[top], top, float(whole[token])
+def _p_of(logp: float | None) -> float:
+    """p at T=1 from log p; 1 (the processed one-hot's) where the row has no normaliser."""
+    return math.exp(logp) if logp is not None else 1.0
 
 
-def _greedy_row(row: Row) -> tuple[int, np.ndarray | None, np.ndarray | None, float | None]:
-    """(argmax, p at T=1 to show, the ids it is over (None: the vocabulary), log-normaliser) of a greedy row."""
-    if isinstance(row, TopLogits):  # (no normaliser: nothing shown, so no ids either — they stay plain numbers)
-        probs = row.probs()
-        return row.argmax(), probs, row.ids if probs is not None else None, row.log_norm
-    target = _argmax(row)
-    p, lse = _shown(row)
-    return target, p, None, lse
+def _greedy_q(row: Row | None, token: int) -> float | None:
+    """q(token) at T=1 of a greedy draft row: from a whole row, or from candidates with the normaliser (None below
+    its top k: not guessed); from candidates without, the processed one-hot's."""
+    if row is None:
+        return None
+    if row.log_norm is None:
+        return float(token == row.argmax())
+    logq = row.log_prob(token)
+    return math.exp(logq) if logq is not None else None
 
 
-def _p_at(p: np.ndarray | None, ids: np.ndarray | None, token: int) -> float:
-    """p(token) from a greedy row's shown distribution; 1 (the processed one-hot's) where none was computed."""
-    if p is None:
-        return 1.0
-    if ids is None:
-        return float(p[token])
-    return float(p[position(ids, token)])  # type: ignore[index]
-
-
-def _logp(row: Row, token: int, lse: float | None) -> float | None:
-    if isinstance(row, TopLogits):
-        return row.log_prob(token)
-    return float(row[token]) - lse  # type: ignore[operator]
-
-
-def _shown(logits: np.ndarray) -> tuple[np.ndarray, float]:
-    """The T=1 distribution a greedy round reports (p(x) in the TUI; no decision reads it) and the row's
-    log-normaliser (log p(x) = logit(x) − it). float32 arithmetic with a float64 sum is ample for both and several
-    times cheaper than the float64 softmax the rules use — a cost paid per sequence per step, K times over when K
-    sequences share a batch."""
-    top = np.max(logits)
-    z = np.asarray(logits, dtype=np.float32) - top
-    np.exp(z, out=z)
-    total = z.sum(dtype=np.float64)
-    z /= total
-    return z, float(top) + math.log(float(total))
-
-
-def _argmax(logits: np.ndarray) -> int:
-    """argmax that refuses NaN/+inf (numpy's argmax returns the first NaN, as if it were the best token)."""
-    best = int(np.argmax(logits))
-    if not np.isfinite(logits[best]):
-        raise NumericsError(f"the verifier's logits hold a non-finite value ({logits[best]}) at token {best}")
-    return best
-
+def _greedy_shown(row: Row, q_row: Row | None) -> Shown | None:
+    """p and q at T=1 to show (each over its candidates, or the vocabulary; None: candidates without the normaliser,
+    nothing to show). A whole q beside a candidate p (an MTP head's rows) is shown on as many of its likeliest ids as
+    p is."""
+    p, ids = row.shown()
+    q, q_ids = q_row.shown() if q_row is not None else (None, None)
+    if p is None and q is None:
+        return None
+    if q is not None and q_ids is None and ids is not None:
+        q_ids = np.argpartition(q, -len(ids))[-len(ids):] if len(ids) < len(q) else np.arange(len(q))
+        q = q[q_ids]
+    return Shown(p, q, ids, q_ids)

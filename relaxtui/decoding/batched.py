@@ -1,5 +1,5 @@
-"""The speculative loop over many sequences in one context (SPEC §8): ``loop.generate``'s six steps, each taken
-over the list of live sequences.
+"""The speculative loop over many sequences in one context (docs/architecture.md#many-sequences): ``loop.generate``'s
+six steps, each taken over the list of live sequences.
 
 draft (one call per drafter per round: a model drafter batches every live sequence's next token per draft step)
 → verify (one verifier batch holding every sequence's ``[last, x_1..x_N]``) → accept, per sequence → commit its
@@ -7,7 +7,7 @@ counters → trim its own KV rows → stop check; a finished sequence frees its 
 llama.cpp's `parallel` example. Each sequence keeps what makes a run its own — its seed streams, draft length,
 counters and text — in a ``round.Slot``, and goes through the same ``round`` steps as K = 1, so its law is the
 one-sequence loop's; only the batches are shared. Batched rows may differ from one-row decodes in the last bits
-(SPEC §6), so tokens agree with K = 1 up to those numerics.
+(docs/architecture.md#llamacpp-pitfalls), so tokens agree with K = 1 up to those numerics.
 
 ``stream_many`` takes jobs from a ``JobSource`` while it runs (the server's queue) and yields every event;
 ``generate_many`` runs a fixed list of jobs and yields each one's ``Finished``.
@@ -18,17 +18,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any, Protocol, cast
 
 from relaxtui.decoding import round as steps
-from relaxtui.decoding.backend import MultiBackend, SeqDecode, SequenceView
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafting import Drafter
 from relaxtui.decoding.events import Event, Finished, RoundTiming
 from relaxtui.decoding.prefill import copy_cached_prompt, prepare
 from relaxtui.decoding.round import Slot
+from relaxtui.engine.api import Model, Rows, SeqDecode
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule
 
@@ -62,17 +60,18 @@ class _Listed:
         return next(self._jobs, None)
 
 
-def generate_many(verifier: MultiBackend, jobs: Iterable[Job], *, drafter: Drafter | None = None,
+def generate_many(verifier: Model, jobs: Iterable[Job], *, drafter: Drafter | None = None,
                   should_stop: Callable[[], bool] = lambda: False,
                   clock: Callable[[], float] = time.perf_counter) -> Iterator[tuple[Job, Finished]]:
     """Run every job, ``verifier.n_seq`` at a time; yield (job, Finished) as each one ends (not in job order).
 
     A stop request ends every live sequence with finish reason "stopped" and starts no more jobs."""
-    yield from stream_many(verifier, _Listed(jobs), drafter=drafter, should_stop=should_stop, clock=clock,
-                           tokens=False)  # type: ignore[misc]
+    yield from cast("Iterator[tuple[Job, Finished]]",  # (tokens=False: it yields Finished events only)
+                    stream_many(verifier, _Listed(jobs), drafter=drafter, should_stop=should_stop, clock=clock,
+                                tokens=False))
 
 
-def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter | None = None,
+def stream_many(verifier: Model, source: JobSource, *, drafter: Drafter | None = None,
                 should_stop: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.perf_counter,
                 tokens: bool = True, join_in_batch: bool = False) -> Iterator[tuple[Job, Event]]:
     """Run jobs as ``source`` hands them over, ``verifier.n_seq`` at a time: yield (job, TokenEvent) per emitted
@@ -92,7 +91,7 @@ def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter |
 
     def open_slot(entry: _Joining) -> None:
         job = entry.job
-        slot = steps.open_slot(SequenceView(verifier, entry.seq), entry.seq, job.prompt, job.config, job.rule,
+        slot = steps.open_slot(verifier, entry.seq, job.prompt, job.config, job.rule,
                                entry.drafter, should_stop=_either(should_stop, job.should_stop), clock=clock,
                                share_prompt=True, tag=job)
         if entry.rest is not None:  # its prompt came in shared batches: count them as its prefill
@@ -113,7 +112,7 @@ def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter |
         else:
             for entry in taken:  # each sequence prefills alone, as K = 1 does
                 if entry.job.config.reuse == "longest":  # (the exact copy is open_slot's own)
-                    copy_cached_prompt(SequenceView(verifier, entry.seq), entry.job.prompt[:-1], "longest")
+                    copy_cached_prompt(verifier, entry.seq, entry.job.prompt[:-1], "longest")
                 open_slot(entry)
         for entry in [e for e in joining if e.rest == [] or should_stop() or e.stop_requested()]:
             joining.remove(entry)  # its prompt is in (or it was stopped: the prefill sees that and reads nothing)
@@ -133,6 +132,8 @@ def stream_many(verifier: MultiBackend, source: JobSource, *, drafter: Drafter |
             events = _round(verifier, [drafter, *(s.drafter for s in live)], [s for s in live if s.finish is None],
                             clock, tokens, [item for _, item in prefills])
             for entry, item in prefills:
+                if entry.rest is None:  # (_prompt_parts hands parts of prepared entries only)
+                    raise RuntimeError(f"sequence {entry.seq}: a prompt part of a joiner that was never prepared")
                 entry.rest, entry.decoded = entry.rest[len(item.tokens):], entry.decoded + len(item.tokens)
             yield from _handed(events, live, clock)
         ended = [s for s in live if s.finish is not None]
@@ -164,7 +165,7 @@ class _Joining:
         return self.job.should_stop is not None and self.job.should_stop()
 
 
-def _prompt_parts(verifier: MultiBackend, joining: list[_Joining]) -> list[tuple[_Joining, SeqDecode]]:
+def _prompt_parts(verifier: Model, joining: list[_Joining]) -> list[tuple[_Joining, SeqDecode]]:
     """This round's prompt tokens of the joining sequences (oldest first, ``PREFILL_BUDGET`` in all, no logits).
     A sequence is prepared when it first gets here: checked, its cache trimmed to what it may keep of its prompt, or
     the prompt copied from a sequence that holds it; one whose prompt another joiner is still reading waits for it,
@@ -175,29 +176,28 @@ def _prompt_parts(verifier: MultiBackend, joining: list[_Joining]) -> list[tuple
         if entry.rest is None:
             if any(other.rest and list(other.job.prompt[:-1]) == prefix for other in joining):
                 continue  # the same prompt is being read for another choice: copy it once that is done
-            view = SequenceView(verifier, entry.seq)
-            steps.check_request(view, entry.job.prompt, entry.job.config, entry.drafter, entry.job.rule)
-            copy_cached_prompt(view, prefix, entry.job.config.reuse)
-            entry.rest = prefix[prepare(view, prefix, entry.job.config.reuse):]
+            steps.check_request(verifier, entry.job.prompt, entry.job.config, entry.drafter, entry.job.rule)
+            copy_cached_prompt(verifier, entry.seq, prefix, entry.job.config.reuse)
+            entry.rest = prefix[prepare(verifier, entry.seq, prefix, entry.job.config.reuse):]
         if entry.rest and budget > 0:
             parts.append((entry, SeqDecode(entry.seq, entry.rest[:budget])))
             budget -= len(parts[-1][1].tokens)
     return parts
 
 
-def _in_order(verifier: MultiBackend, items: list[SeqDecode]) -> list[np.ndarray]:
+def _in_order(verifier: Model, items: list[SeqDecode]) -> list[Rows]:
     """``decode_many`` with the items in increasing sequence order, results in the items' order. llama.cpp, whose
     sequences each have their own KV stream, puts only consecutive sequence ids, in increasing order, into one
     micro-batch: a batch in another order (or with gaps) is split into several, each a pass over the weights."""
     order = sorted(range(len(items)), key=lambda i: items[i].seq)
     decoded = verifier.decode_many([items[i] for i in order])
-    out: list[np.ndarray] = [decoded[0]] * len(items)
+    out: list[Rows] = [decoded[0]] * len(items)
     for position, i in enumerate(order):
         out[i] = decoded[position]
     return out
 
 
-def _handed(items: list[tuple[Job, Event]], live: list[Slot],
+def _handed(items: Sequence[tuple[Job, Event]], live: list[Slot],
             clock: Callable[[], float]) -> Iterator[tuple[Job, Event]]:
     """Yield each item; what the caller does meanwhile (scoring, writing records, sending a chunk) is not the live
     sequences' decode time."""
@@ -214,14 +214,14 @@ def _either(stop: Callable[[], bool], own: Callable[[], bool] | None) -> Callabl
     return stop if own is None else lambda: stop() or own()
 
 
-def _check_room(drafter: Drafter | None, verifier: MultiBackend) -> None:
+def _check_room(drafter: Drafter | None, verifier: Model) -> None:
     held = drafter.traits.n_seq if drafter is not None else None
     if held is not None and held < verifier.n_seq:
         raise UserError(f"the drafter's context holds {held} sequences, the verifier's {verifier.n_seq}; "
                         "load both with the same --parallel")
 
 
-def _round(verifier: MultiBackend, drafters: Sequence[Drafter | None], live: list[Slot], clock: Callable[[], float],
+def _round(verifier: Model, drafters: Sequence[Drafter | None], live: list[Slot], clock: Callable[[], float],
            tokens: bool, prefills: Sequence[SeqDecode] = ()) -> list[tuple[Job, Event]]:
     """One round for every live sequence: the six steps, batched where a model is called; the emitted tokens'
     events when ``tokens``. ``prefills``: joining sequences' prompt tokens, decoded in the same verify batch."""

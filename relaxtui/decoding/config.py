@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from relaxtui import checks
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import SamplingParams
-from relaxtui.engine.api import MAX_DRAFT
 from relaxtui.errors import UserError
 
 BONUS_POLICIES = ("auto", "target", "relaxed")
@@ -33,13 +33,13 @@ class GenerationConfig:
     # (serve's logprobs): candidate rows then carry the row's normaliser (whole rows always give it)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.draft_max <= MAX_DRAFT:
-            raise UserError(f"--draft-max must be in 0..{MAX_DRAFT} (got {self.draft_max})")
-        if self.max_tokens < 1:
-            raise UserError(f"--max-tokens must be >= 1 (got {self.max_tokens})")
-        if not 0 <= self.draft_min <= max(self.draft_max, 0):
-            raise UserError(f"--draft-min must be in 0..--draft-max ({self.draft_max}) (got {self.draft_min})")
+        checks.DRAFT_MAX.check(self.draft_max, "draft_max")  # (named as the option table names them)
+        checks.MAX_TOKENS.check(self.max_tokens, "max_tokens")
+        checks.DRAFT_MIN.check(self.draft_min, "draft_min")
+        if self.draft_min > self.draft_max:
+            raise checks.BadValue("draft_min",
+                                  f"must be in 0..{self.draft_max}, the draft length (got {self.draft_min})")
         if any(not text for text in self.stop):
             raise UserError("a stop string must not be empty")
         if self.bonus not in BONUS_POLICIES:
-            raise UserError(f"--bonus must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")
+            raise checks.BadValue("bonus", f"must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")

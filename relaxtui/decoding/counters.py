@@ -1,7 +1,7 @@
 """Running round counters (vLLM's ``observe_draft``), shared by the loop's final metrics and live displays.
 
 Position i is *reached* in a round when drafts 1..i-1 were accepted; per-position acceptance is
-accepted-at-i over reached-at-i (SPEC §3).
+accepted-at-i over reached-at-i (docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -4,12 +4,18 @@ Vocabulary (as in vLLM's rejection sampler): each verifier batch is a *round*. O
 prefix is *accepted*; the first rejection emits a *resampled* token from the residual; when all N are
 accepted a *bonus* token comes from the verifier's last row. Output per round = accepted + (resampled or
 bonus). Without a drafter every token is *verifier*-only, through the same code path.
+
+The acceptance step hands the loops ``Emitted`` tokens (what every consumer reads), the rows behind each in an
+optional ``Shown`` (only for the faces that show alternatives); the loops turn them into ``TokenEvent``s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+
+import numpy as np
 
 
 class Verdict(str, Enum):
@@ -17,6 +23,61 @@ class Verdict(str, Enum):
     RESAMPLED = "resampled"
     BONUS = "bonus"
     VERIFIER = "verifier"
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """The distributions behind one emitted token, kept only for the alternatives a face shows (the inspector's top
+    p and top q, the server's top_logprobs): arrays, or plain numbers where an accepted draft's test read only p(x)
+    and q(x) and built none. Attached to an ``Emitted`` only when asked for (``Acceptance.show``)."""
+
+    p: np.ndarray | Sequence[float] | None
+    q: np.ndarray | Sequence[float] | None = None
+    ids: np.ndarray | Sequence[int] | None = None  # the token ids p and q are over (the support path); None: the
+    # vocabulary
+    q_ids: np.ndarray | Sequence[int] | None = None  # the ids q is over when they are not ``ids``
+
+    def top_p(self, k: int) -> tuple[tuple[int, float], ...]:
+        """The k likeliest ids of p with their probabilities, likeliest first."""
+        return likeliest(self.p, k, self.ids)
+
+    def top_q(self, k: int) -> tuple[tuple[int, float], ...]:
+        return likeliest(self.q, k, self.q_ids if self.q_ids is not None else self.ids)
+
+
+def likeliest(row: np.ndarray | Sequence[float] | None, k: int,
+              ids: np.ndarray | Sequence[int] | None = None) -> tuple[tuple[int, float], ...]:
+    """The k likeliest ids of a distribution (over ``ids`` on the support path, else the vocabulary). Processed
+    rows (top-k/top-p) have a few dozen non-zeros: gather them first, which is ten times cheaper than partitioning
+    the whole vocabulary (this runs per token)."""
+    if row is None or k <= 0:
+        return ()
+    row = np.asarray(row)
+    ids = np.asarray(ids) if ids is not None else None
+    at = np.flatnonzero(row)
+    if len(at) > k:
+        at = at[np.argpartition(row[at], -k)[-k:]]
+    at = at[np.argsort(-row[at], kind="stable")]
+    named = at if ids is None else ids[at]
+    return tuple((int(token), float(row[i])) for token, i in zip(named, at, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """One token the acceptance step emitted, and why: what every consumer of a round reads (the loops turn it into
+    a ``TokenEvent``, its ``logp_x`` into the drift signal); the rows behind it only in ``shown``, when asked for."""
+
+    token_id: int
+    verdict: Verdict
+    draft_position: int
+    p_x: float
+    q_x: float | None
+    pi_x: float
+    accept_prob: float | None
+    statistic: tuple[tuple[str, float], ...]
+    rejected_token: int | None = None
+    logp_x: float | None = None  # log p(x) under the verifier's raw row at temperature 1 (the drift signal)
+    shown: Shown | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +127,7 @@ class TokenEvent:
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
-    """SPEC §3 metrics of one generation."""
+    """docs/metrics.md metrics of one generation."""
 
     prompt_tokens: int
     output_tokens: int

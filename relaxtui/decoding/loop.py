@@ -1,4 +1,4 @@
-"""The speculative loop: one verifier batch per round, emitting immutable events (SPEC §2, Algorithm 2).
+"""The speculative loop: one verifier batch per round, emitting immutable events (docs/method.md, Algorithm 2).
 
 It reads like llama.cpp's speculative-simple: draft → verify [last, x_1..x_N] in one batch → accept →
 commit counters → trim the verifier's KV cache → stop check; each step is one call into ``round`` (shared with
@@ -13,21 +13,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from relaxtui.decoding import round as steps
-from relaxtui.decoding.backend import Backend
-from relaxtui.decoding.config import BONUS_POLICIES, MAX_DRAFT, GenerationConfig
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafting import Drafter
 from relaxtui.decoding.events import Event, RoundTiming
+from relaxtui.engine.api import Model
 from relaxtui.errors import ContextFull
 from relaxtui.rules import Rule
 
-__all__ = ["BONUS_POLICIES", "MAX_DRAFT", "GenerationConfig", "generate"]  # callers import the config from here
+__all__ = ["generate"]
 
 
-def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig, *,
+def generate(verifier: Model, prompt: Sequence[int], config: GenerationConfig, *,
              drafter: Drafter | None = None, rule: Rule | None = None,
              should_stop: Callable[[], bool] = lambda: False,
              clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
-    """Yield a TokenEvent per emitted token, then one Finished with the SPEC §3 metrics.
+    """Yield a TokenEvent per emitted token, then one Finished with the docs/metrics.md metrics.
 
     ``should_stop`` is polled once per round (the TUI's stop button, Ctrl-C); ``clock`` is the timer behind
     every timing (a fake clock makes timings deterministic for snapshots)."""
@@ -38,7 +38,7 @@ def generate(verifier: Backend, prompt: Sequence[int], config: GenerationConfig,
         steps.whole_rows_again(slot)
 
 
-def _rounds(slot: steps.Slot, verifier: Backend, drafter: Drafter | None, config: GenerationConfig,
+def _rounds(slot: steps.Slot, verifier: Model, drafter: Drafter | None, config: GenerationConfig,
             should_stop: Callable[[], bool], clock: Callable[[], float]) -> Iterator[Event]:
     slot.started = clock()
     while slot.finish is None:
@@ -52,7 +52,7 @@ def _rounds(slot: steps.Slot, verifier: Backend, drafter: Drafter | None, config
         steps.draft_all([slot])  # 1. draft
         t1 = clock()
         try:  # 2. verify: one batch [last, x_1..x_N]
-            target_logits = verifier.decode(slot.verify_tokens, logits_rows=range(len(slot.draft_tokens) + 1))
+            target_logits = verifier.decode_rows([slot.seq], [slot.verify_tokens])[0]  # every token's row
         except ContextFull:
             slot.finish = "context"
             break
@@ -66,5 +66,3 @@ def _rounds(slot: steps.Slot, verifier: Backend, drafter: Drafter | None, config
             yield steps.token_event(index, item, text, timing, config.top_alternatives, logp=slot.logprobs[index])
     yield steps.finished(slot, clock)
 
-
-_event = steps.token_event  # the name calibration times emission under

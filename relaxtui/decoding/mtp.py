@@ -11,23 +11,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from relaxtui.decoding.draft_steps import draw_uniforms, fit_vocab, make_draft, propose
 from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import Candidates, SamplingParams, process
-
-if TYPE_CHECKING:
-    from relaxtui.engine.llama import LlamaModel
-    from relaxtui.engine.mtp import MtpHead
+from relaxtui.engine.api import DraftHead, Model
 
 
 class MtpDrafter(BaseDrafter):
     """Drafts with ``head`` for the verifier it was built on (sequence ``seq`` of the verifier = of the head)."""
 
-    def __init__(self, head: MtpHead, verifier: LlamaModel, *, p_min: float = 0.0) -> None:
+    def __init__(self, head: DraftHead, verifier: Model, *, p_min: float = 0.0) -> None:
         self.head = head
         self.target_vocab = verifier.n_vocab
         self.p_min = p_min
@@ -57,12 +54,9 @@ class MtpDrafter(BaseDrafter):
         self._pending.pop(seq, None)
 
     def _fit(self, logits: np.ndarray) -> np.ndarray:
-        from relaxtui.decoding.drafters import fit_vocab
         return fit_vocab(logits, self.target_vocab)
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
-        from relaxtui.decoding.drafters import draw_uniforms, make_draft, propose
-
         started = time.perf_counter()
         limits = [max(0, min(r.n_max, self.head.n_ctx - len(r.context))) for r in requests]
         made: list[tuple[list[int], list[Candidates | None], list[np.ndarray]]] = [([], [], []) for _ in requests]
@@ -70,7 +64,9 @@ class MtpDrafter(BaseDrafter):
             self._forget(r.seq)
         live = [i for i, limit in enumerate(limits) if limit > 0]
         uniforms = [draw_uniforms(request, limit, self.p_min) for request, limit in zip(requests, limits, strict=True)]
-        rows = self.head.first([(requests[i].seq, requests[i].context[-1]) for i in live]) if live else []
+        rows: np.ndarray | list[np.ndarray] = []
+        if live:
+            rows = self.head.first([(requests[i].seq, requests[i].context[-1]) for i in live])
         while live:
             following = []
             for i, logits in zip(live, rows, strict=True):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from relaxtui.decoding.backend import Backend, SequenceView, sequence_of
+from relaxtui.engine.api import Model
 
 PREFILL_CHUNK = 128  # tokens per decode call: near full batch efficiency on a CPU, yet a stop lands in < 1 s
 ReusePolicy = Literal["exact", "longest"]
@@ -50,35 +50,36 @@ def reusable(cached: Sequence[int], prefix: Sequence[int], policy: ReusePolicy) 
     return 0
 
 
-def prefill(model: Backend, prefix: Sequence[int], *, reuse: ReusePolicy = "exact",
+def prefill(model: Model, seq: int, prefix: Sequence[int], *, reuse: ReusePolicy = "exact",
             should_stop: Callable[[], bool] = lambda: False, chunk: int = PREFILL_CHUNK) -> tuple[int, bool]:
-    """Make ``model``'s cache hold exactly ``prefix``. Returns (tokens decoded, completed); a stop request
+    """Make sequence ``seq`` of ``model`` hold exactly ``prefix``. Returns (tokens decoded, completed); a stop request
     leaves the cache holding a prefix of ``prefix`` and returns completed = False."""
-    keep = prepare(model, prefix, reuse)
+    keep = prepare(model, seq, prefix, reuse)
     decoded = 0
     for start in range(keep, len(prefix), chunk):
         if should_stop():
             return decoded, False
         part = list(prefix[start:start + chunk])
-        model.decode(part)
+        model.decode(seq, part)
         decoded += len(part)
     return decoded, True
 
 
-def prepare(model: Backend, prefix: Sequence[int], reuse: ReusePolicy = "exact") -> int:
-    """Trim ``model``'s cache to the part of ``prefix`` it may keep (cleared when none); returns that length: what
-    is left to decode is ``prefix[keep:]`` (``prefill`` decodes it; the batched loop may send it in a shared batch)."""
-    keep = reusable(model.cached_tokens, prefix, reuse)
-    if keep and not sequence_of(model).can_rollback(keep):
+def prepare(model: Model, seq: int, prefix: Sequence[int], reuse: ReusePolicy = "exact") -> int:
+    """Trim sequence ``seq`` of ``model`` to the part of ``prefix`` it may keep (cleared when none); returns that
+    length: what is left to decode is ``prefix[keep:]`` (``prefill`` decodes it; the batched loop may send it in a
+    shared batch)."""
+    keep = reusable(model.tokens_of(seq), prefix, reuse)
+    if keep and not model.can_rollback(seq, keep):
         keep = 0  # recurrent memory that cannot go back there: prefill from scratch, exactly
     if keep == 0:
-        model.reset()
+        model.clear(seq)
     else:
-        model.rollback(keep)
+        model.rollback(seq, keep)
     return keep
 
 
-def copy_cached_prompt(view: SequenceView, prefix: Sequence[int], policy: ReusePolicy = "exact") -> None:
+def copy_cached_prompt(model: Model, seq: int, prefix: Sequence[int], policy: ReusePolicy = "exact") -> None:
     """Take a prompt another sequence already holds (the same problem under another config or seed: an eval
     plan puts them side by side) by copying its KV instead of prefilling it again. When that sequence
     prefilled the same prompt, the copied cells are the ones a fresh prefill makes, so outputs do not change
@@ -88,21 +89,20 @@ def copy_cached_prompt(view: SequenceView, prefix: Sequence[int], policy: ReuseP
     caller prefills instead. ``policy="longest"`` (a server's requests, as llama-server's prompt cache): the longest
     common prefix any other sequence holds is copied when it is longer than what this one keeps (a shared system
     prompt), and only the rest is decoded."""
-    if not prefix or reusable(view.cached_tokens, prefix, "exact"):
+    if not prefix or reusable(model.tokens_of(seq), prefix, "exact"):
         return  # nothing to do, or this sequence's own cache already holds it
-    model, n = view.model, len(prefix)
-    can_share = getattr(model, "can_share_prefix", None)
+    n = len(prefix)
     if policy == "longest":
-        kept = common_prefix(view.cached_tokens, prefix)
+        kept = common_prefix(model.tokens_of(seq), prefix)
         best = max(((common_prefix(model.tokens_of(other), prefix), other) for other in range(model.n_seq)
-                    if other != view.seq), default=(0, -1))
-        if best[0] > kept and (can_share is None or can_share(best[1], view.seq, best[0])):
-            model.share_prefix(best[1], view.seq, best[0])
+                    if other != seq), default=(0, -1))
+        if best[0] > kept and model.can_share_prefix(best[1], seq, best[0]):
+            model.share_prefix(best[1], seq, best[0])
         return
     for other in range(model.n_seq):
         cached = model.tokens_of(other)
-        if other != view.seq and len(cached) >= n and list(cached[:n]) == list(prefix):
-            if can_share is not None and not can_share(other, view.seq, n):
+        if other != seq and len(cached) >= n and list(cached[:n]) == list(prefix):
+            if not model.can_share_prefix(other, seq, n):
                 continue
-            model.share_prefix(other, view.seq, n)
+            model.share_prefix(other, seq, n)
             return

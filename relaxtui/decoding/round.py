@@ -22,22 +22,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from relaxtui.decoding.acceptance import DraftStep, Emitted, accept_round, row_spec
-from relaxtui.decoding.backend import Backend, SequenceView, sequence_of
+from relaxtui.decoding.acceptance import Acceptance, DraftStep, Emitted, accept_draft, row_spec
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
 from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
 from relaxtui.decoding.sampling import one_hot, spawn_generators
-from relaxtui.engine.text import StreamDecoder
+from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule
 from relaxtui.rules.strict import Strict
+from relaxtui.text import StreamDecoder
 
 
 @dataclass
@@ -67,8 +68,7 @@ class Slot:
     """One sequence in flight."""
 
     seq: int
-    verifier: Backend  # this sequence's rows of the verifier, as a one-sequence backend
-    view: SequenceView  # the same, with the one-sequence rollback API (made once: the round asks it every time)
+    verifier: Model  # the verifier's context; this slot's rows are sequence ``seq`` of it
     drafter: Drafter | None  # None: the verifier alone
     rule: Rule
     config: GenerationConfig
@@ -99,6 +99,12 @@ class Slot:
     saved: object | None = None  # this round: the verifier's state before the verify batch, when its drafts are
     # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
 
+    @cached_property
+    def acceptance(self) -> Acceptance:
+        """How this slot's rounds accept (the rule, its sampling, bonus and row paths): made once, read per round."""
+        return Acceptance(self.rule, self.config.sampling, self.config.bonus, self.config.dense_rows,
+                          show=self.config.top_alternatives > 0)
+
     @property
     def draft_tokens(self) -> list[int]:
         return self.draft.tokens if self.draft is not None else []
@@ -109,7 +115,7 @@ class Slot:
         return [self.context[-1], *self.draft_tokens]
 
 
-def check_request(verifier: Backend, prompt: Sequence[int], config: GenerationConfig, drafter: Drafter | None,
+def check_request(verifier: Model, prompt: Sequence[int], config: GenerationConfig, drafter: Drafter | None,
                   rule: Rule | None) -> Rule:
     """The checks every generation passes before anything is decoded; returns the rule (strict by default)."""
     rule = rule or Strict()
@@ -123,34 +129,34 @@ def check_request(verifier: Backend, prompt: Sequence[int], config: GenerationCo
     if drafter is not None:
         traits = drafter.traits
         if rule.needs_draft_logits and not traits.has_distribution:
-            raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {traits.kind!r}")
+            raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {traits.kind!r}, "
+                            "whose drafts are tokens without a distribution")
     return rule
 
 
-def open_slot(verifier: Backend, seq: int, prompt: Sequence[int], config: GenerationConfig, rule: Rule | None,
+def open_slot(verifier: Model, seq: int, prompt: Sequence[int], config: GenerationConfig, rule: Rule | None,
               drafter: Drafter | None, *, should_stop: Callable[[], bool], clock: Callable[[], float],
               share_prompt: bool = False, tag: Any = None) -> Slot:
     """Check the request, prefill both models' rows of this sequence, start its decode clock. ``share_prompt``
-    (a view of a shared context): a prompt another sequence holds is copied, not prefilled."""
+    (a context of several sequences): a prompt another sequence holds is copied, not prefilled."""
     rule = check_request(verifier, prompt, config, drafter, rule)
     # candidate rows from the engine where the rule and the sampling allow (else, or where it cannot, whole rows)
-    view = sequence_of(verifier)
-    view.use_candidates(row_spec(rule, config.sampling, verifier.n_vocab, dense=config.dense_rows,
+    verifier.set_candidates(seq, row_spec(rule, config.sampling, verifier.n_vocab, dense=config.dense_rows,
                                  logprobs=config.logprobs, alternatives=config.top_alternatives))
     draft_rng, accept_rng = spawn_generators(config.seed)
     draft_max = config.draft_max if drafter is not None else 0
     started = clock()
     try:
         if share_prompt:
-            copy_cached_prompt(verifier, prompt[:-1])  # type: ignore[arg-type]
-        decoded, prefilled = prefill(verifier, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
+            copy_cached_prompt(verifier, seq, prompt[:-1])
+        decoded, prefilled = prefill(verifier, seq, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
         if prefilled and drafter is not None:
             prefilled = drafter.begin(seq, prompt, reuse=config.reuse, should_stop=should_stop)
     except BaseException:
-        view.use_candidates(None)  # no generation runs on them: whole rows again
+        verifier.set_candidates(seq, None)  # no generation runs on them: whole rows again
         raise
     now = clock()
-    return Slot(seq, verifier, view, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
+    return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
                 DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
                 prefill_s=now - started, prefill_decoded=decoded, started=now,
                 llama_before=llama_seconds(verifier, drafter), copied_before=copied_bytes(verifier, drafter),
@@ -160,7 +166,7 @@ def open_slot(verifier: Backend, seq: int, prompt: Sequence[int], config: Genera
 def plan(slot: Slot) -> bool:
     """Room and N for this round; False (finish "context") when not even `last` fits."""
     slot.draft = None
-    slot.base = slot.verifier.n_past  # = len(context) - 1: everything but `last` is cached
+    slot.base = len(slot.verifier.tokens_of(slot.seq))  # = len(context) - 1: everything but `last` is cached
     room = slot.verifier.n_ctx - slot.base - 1  # draft tokens that still fit after `last`
     if room < 0:
         slot.finish = "context"
@@ -194,8 +200,8 @@ def _whole_rows(slot: Slot) -> bool:
 def _checkpoint(slot: Slot) -> None:
     """Before the verify batch: save the verifier's state when a rejection could need a rollback deeper than its
     recurrent-state snapshots (a KV cache, or drafts within the snapshots, need none)."""
-    limit = slot.view.rollback_limit  # None: a KV cache (or a model that does not say)
-    slot.saved = slot.view.checkpoint() if limit is not None and len(slot.draft_tokens) > limit else None
+    limit = slot.verifier.rollback_limit  # None: a KV cache
+    slot.saved = slot.verifier.checkpoint(slot.seq) if limit is not None and len(slot.draft_tokens) > limit else None
 
 
 def _one_hot(draft: Draft, vocab: int) -> Draft:
@@ -209,11 +215,8 @@ def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     """Steps 3 and 5: accept a prefix of the draft (resample or bonus), keep `last` and the accepted drafts in
     the verifier's cache, tell the drafter how many it got (before the verifier decodes again: a drafter that
     reads the verifier's hidden rows finds this batch's)."""
-    draft, drafter = slot.draft, slot.drafter
-    emitted = accept_round(slot.draft_tokens, draft.probs if draft else np.empty((0, 0)),  # type: ignore[arg-type]
-                           draft.logits if draft else None, target_logits, slot.rule, slot.config.sampling,
-                           slot.accept_rng, bonus_draft=_bonus_step(slot), bonus=slot.config.bonus,
-                           dense=slot.config.dense_rows, draft_q=draft.q if draft else ())
+    drafter = slot.drafter
+    emitted = accept_draft(slot.draft, target_logits, slot.acceptance, slot.accept_rng, _bonus_step(slot))
     n_accepted = len(emitted) - 1
     slot.round_logprobs = [item.logp_x for item in emitted]  # from the rows the rule already read
     _keep(slot, slot.base + 1 + n_accepted)
@@ -227,11 +230,11 @@ def _keep(slot: Slot, position: int) -> None:
     its snapshots) back to the round's checkpoint and decode `last` and the accepted drafts again. A rollback that
     can be neither raises in the engine: never a silently wrong state."""
     saved, slot.saved = slot.saved, None
-    if saved is not None and not slot.view.can_rollback(position):
-        slot.view.restore(saved)
-        slot.verifier.decode(slot.verify_tokens[:position - slot.base])
+    if saved is not None and not slot.verifier.can_rollback(slot.seq, position):
+        slot.verifier.restore(saved)
+        slot.verifier.decode(slot.seq, slot.verify_tokens[:position - slot.base])
     else:
-        slot.verifier.rollback(position)
+        slot.verifier.rollback(slot.seq, position)
 
 
 def _bonus_step(slot: Slot) -> DraftStep | None:
@@ -242,7 +245,7 @@ def _bonus_step(slot: Slot) -> DraftStep | None:
         return None
     steps = drafter.traits.bonus_steps
 
-    def step() -> tuple[np.ndarray, np.ndarray]:
+    def step() -> tuple[np.ndarray, np.ndarray | None]:
         slot.extra_steps += steps
         return drafter.extend(slot.seq, slot.config.sampling)
     return step
@@ -290,12 +293,14 @@ def _completes_stop(slot: Slot, text: str) -> bool:
 def whole_rows_again(slot: Slot) -> None:
     """Hand the verifier's rows of this sequence whole again (its next user — a calibration, another request's
     settings, a caller decoding by hand — asks for what it needs; candidate rows are this generation's choice)."""
-    slot.view.use_candidates(None)
+    slot.verifier.set_candidates(slot.seq, None)
 
 
 def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
-    """The last event of a sequence: its text and SPEC §3 metrics."""
+    """The last event of a sequence: its text and docs/metrics.md metrics."""
     whole_rows_again(slot)
+    if slot.drafter is not None:
+        slot.drafter.finished(slot.seq, slot.output)
     slot.text_parts.append(slot.decoder.flush())
     metrics = build_metrics(slot.prompt_tokens, len(slot.output), slot.counters, prefill_s=slot.prefill_s,
                             decode_s=clock() - slot.started,
@@ -309,7 +314,7 @@ def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
 def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounters, *, prefill_s: float,
                   decode_s: float, llama_s: float, finish: str, extra_draft_steps: int,
                   prefill_decoded: int, copied_bytes: int = 0) -> Metrics:
-    """SPEC §3 metrics of one finished generation from its round counters."""
+    """docs/metrics.md metrics of one finished generation from its round counters."""
     return Metrics(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, rounds=counters.rounds, drafted=counters.drafted,
         accepted=counters.accepted, per_position_reached=tuple(counters.reached),
@@ -321,12 +326,12 @@ def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounter
     )
 
 
-def llama_seconds(verifier: Backend, *drafters: Drafter | None) -> float:
+def llama_seconds(verifier: Model, *drafters: Drafter | None) -> float:
     """Seconds inside llama_decode of the verifier's and the drafters' contexts (shared by every sequence in them)."""
     return verifier.decode_seconds + sum(d.decode_seconds for d in drafters if d is not None)
 
 
-def copied_bytes(verifier: Backend, *drafters: Drafter | None) -> int:
+def copied_bytes(verifier: Model, *drafters: Drafter | None) -> int:
     """Bytes the verifier's and the drafters' contexts copied out of llama.cpp (logits and hidden rows)."""
     return verifier.copied_bytes + sum(d.copied_bytes for d in drafters if d is not None)
 
@@ -338,24 +343,7 @@ def token_event(index: int, item: Emitted, text: str, timing: RoundTiming, top_k
         index=index, token_id=item.token_id, text=text, verdict=item.verdict, draft_position=item.draft_position,
         p_x=item.p_x, q_x=item.q_x, pi_x=item.pi_x, accept_prob=item.accept_prob, statistic=item.statistic,
         rejected_token=item.rejected_token, round=timing,
-        top_p=_top(item.p_row, top_k, item.row_ids),
-        top_q=_top(item.q_row, top_k, item.q_ids if item.q_ids is not None else item.row_ids),
+        top_p=item.shown.top_p(top_k) if item.shown is not None else (),
+        top_q=item.shown.top_q(top_k) if item.shown is not None else (),
         logp_x=logp,
     )
-
-
-def _top(row: np.ndarray | Sequence[float] | None, k: int,
-         ids: np.ndarray | Sequence[int] | None = None) -> tuple[tuple[int, float], ...]:
-    """The k likeliest ids of a distribution (over ``ids`` on the support path, else the vocabulary). Processed
-    rows (top-k/top-p) have a few dozen non-zeros: gather them first, which is ten times cheaper than partitioning
-    the whole vocabulary (this runs per token)."""
-    if row is None or k <= 0:
-        return ()
-    row = np.asarray(row)
-    ids = np.asarray(ids) if ids is not None else None
-    at = np.flatnonzero(row)
-    if len(at) > k:
-        at = at[np.argpartition(row[at], -k)[-k:]]
-    at = at[np.argsort(-row[at], kind="stable")]
-    named = at if ids is None else ids[at]
-    return tuple((int(token), float(row[i])) for token, i in zip(named, at, strict=True))

@@ -1,4 +1,4 @@
-"""Turning logits into the *processed* distributions p and q (SPEC §2), and drawing from them.
+"""Turning logits into the *processed* distributions p and q (docs/method.md), and drawing from them.
 
 Both sides get the same processing: temperature, then top-k, then top-p (the Hugging Face order that the
 paper's protocol follows). Temperature 0 means greedy: every rule falls back to exact argmax matching.
@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxtui.engine.api import Row, TopLogits, as_array, as_plain
-from relaxtui.errors import NumericsError, UserError
+from relaxtui import checks
+from relaxtui.engine.api import Row, as_array, as_plain, as_row
+from relaxtui.engine.api import softmax as softmax  # (the rows' own; tests and rules' callers read it here)
+from relaxtui.errors import NumericsError
 
 _FEW = 256  # a distribution this short is drawn from in Python floats (sample)
-MIN_TEMPERATURE = 1e-5  # below this (and above 0) logits / T overflow to inf and every draw is NaN: vLLM's epsilon
 
 
 @dataclass(frozen=True)
@@ -27,28 +28,13 @@ class SamplingParams:
     top_p: float = 0.95  # 1.0 = off
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0 and np.isfinite(self.temperature)):
-            raise UserError(f"--temperature must be >= 0 (got {self.temperature})")
-        if 0 < self.temperature < MIN_TEMPERATURE:
-            raise UserError(f"--temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (got "
-                            f"{self.temperature:g}: logits / T would overflow)")
-        if self.top_k < 0:
-            raise UserError(f"--top-k must be >= 0, 0 = off (got {self.top_k})")
-        if not 0 < self.top_p <= 1:
-            raise UserError(f"--top-p must be in (0, 1] (got {self.top_p})")
+        checks.TEMPERATURE.check(self.temperature, "temperature")  # (named as the option table names them: each
+        checks.TOP_K.check(self.top_k, "top_k")  # face spells them its own way, relaxtui.options)
+        checks.TOP_P.check(self.top_p, "top_p")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
-
-def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Raw distribution in float64 (SPEC: "raw" = softmax of logits at T=1)."""
-    z = logits.astype(np.float64) / temperature
-    z -= z.max()
-    np.exp(z, out=z)
-    z /= z.sum()
-    return z
 
 
 class Candidates:
@@ -144,15 +130,12 @@ def candidate_count(params: SamplingParams, vocab_size: int, alternatives: int =
     return params.top_k if 0 < params.top_k < vocab_size else None
 
 
-def candidates(logits: Row, params: SamplingParams) -> Candidates:
-    """The processed distribution (SPEC §2: temperature, top-k, top-p) as candidates; greedy: the argmax."""
+def candidates(logits: Row | np.ndarray, params: SamplingParams) -> Candidates:
+    """The processed distribution (docs/method.md: temperature, top-k, top-p) as candidates; greedy: the argmax."""
+    row = as_row(logits)
     if params.greedy:
-        return one_hot(argmax(logits))
-    if isinstance(logits, TopLogits):
-        return Candidates(*_kept_top(logits, params))  # (plain lists, already in ascending id order)
-    kept, kept_probs = _kept_of(logits, params.temperature, params.top_k, params.top_p)
-    order = np.argsort(kept, kind="stable")
-    return Candidates(kept[order].astype(np.int64, copy=False), kept_probs[order])
+        return one_hot(row.argmax())
+    return Candidates(*row.kept(params.temperature, params.top_k, params.top_p))
 
 
 def one_hot(token: int) -> Candidates:
@@ -160,93 +143,24 @@ def one_hot(token: int) -> Candidates:
     return Candidates([token], [1.0])
 
 
-def process(logits: Row, params: SamplingParams) -> np.ndarray:
+def process(logits: Row | np.ndarray, params: SamplingParams) -> np.ndarray:
     """Processed distribution over the whole vocabulary, float64, zeros outside the kept set.
 
     Greedy returns the one-hot of the argmax, so acceptance tests read the same either way.
     """
-    vocab_size = logits.vocab_size if isinstance(logits, TopLogits) else logits.shape[-1]
+    row = as_row(logits)
+    probs = np.zeros(row.vocab_size)
     if params.greedy:
-        one_hot = np.zeros(vocab_size)
-        one_hot[argmax(logits)] = 1.0
-        return one_hot
-    kept, kept_probs = _kept(logits, params)
-    probs = np.zeros(vocab_size)
+        probs[row.argmax()] = 1.0
+        return probs
+    kept, kept_probs = row.kept(params.temperature, params.top_k, params.top_p)
     probs[kept] = kept_probs
     return probs
 
 
-def argmax(logits: Row) -> int:
-    """The likeliest id of a raw row, whole or candidates."""
-    return logits.argmax() if isinstance(logits, TopLogits) else int(np.argmax(logits))
-
-
-def _kept(logits: Row, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-    """The ids top-k/top-p keep (in no particular order) and their renormalised tempered probabilities."""
-    if isinstance(logits, TopLogits):
-        ids, probs = _kept_top(logits, params)
-        return np.array(ids, dtype=np.int64), np.array(probs)
-    return _kept_of(logits, params.temperature, params.top_k, params.top_p)
-
-
-def _kept_top(logits: TopLogits, params: SamplingParams) -> tuple[Sequence[int], Sequence[float]]:
-    """``_kept_of`` on the engine's top k (top_k <= k), in ascending id order: the same float64 steps on Python
-    floats (to an ulp: exp and the sums' order differ). A drafter runs this between two decodes, right after
-    llama.cpp has flushed the caches, where each numpy call costs tens of microseconds and each distinct piece of
-    Python code a few: so plain loops over a few dozen numbers, in one function."""
-    held = len(logits)
-    if not logits.complete and not 0 < params.top_k <= held:
-        raise ValueError(f"top-k {params.top_k} needs more than the {held} candidates a row holds")
-    ids, values = logits.as_lists()
-    if 0 < params.top_k < held:  # the top_k largest (ties at the edge: any of them, as argpartition picks)
-        chosen = sorted(range(held), key=values.__getitem__, reverse=True)[:params.top_k]
-        ids, values = [ids[i] for i in chosen], [values[i] for i in chosen]
-    temperature = params.temperature
-    top = max(values) / temperature  # = max(value / T): a positive divisor keeps the order and rounds the max alike
-    weights = []
-    total = 0.0
-    for value in values:
-        weight = math.exp(value / temperature - top)
-        weights.append(weight)
-        total += weight
-    kept = []
-    mass = 0.0
-    if params.top_p < 1.0:
-        # the likeliest first (stable: ties keep their order), up to the token whose mass reaches top_p
-        for i in sorted(range(len(weights)), key=weights.__getitem__, reverse=True):
-            prob = weights[i] / total
-            kept.append((ids[i], prob))
-            mass += prob  # (the kept mass, added in the same order as the dense path's cumulative sum)
-            if mass >= params.top_p - 1e-9:  # 1e-9: float sums
-                break
-    else:
-        for i, weight in enumerate(weights):
-            kept.append((ids[i], weight / total))
-        mass = 1.0
-    kept.sort()
-    kept_ids, kept_probs = [], []
-    for token, prob in kept:
-        kept_ids.append(token)
-        kept_probs.append(prob / mass if mass != 1.0 else prob)
-    return kept_ids, kept_probs
-
-
-def _kept_of(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, np.ndarray]:
-    vocab_size = logits.shape[-1]
-    if 0 < top_k < vocab_size:
-        kept = np.argpartition(logits, -top_k)[-top_k:]
-    else:
-        kept = np.arange(vocab_size)
-    kept_probs = softmax(logits[kept], temperature)
-    if top_p < 1.0:
-        order = np.argsort(-kept_probs, kind="stable")
-        cumulative = np.cumsum(kept_probs[order])
-        # keep the smallest prefix whose mass reaches top_p (the token that crosses it stays)
-        n_keep = int(np.searchsorted(cumulative, top_p - 1e-9, side="left")) + 1  # 1e-9: float sums
-        chosen = order[:n_keep]
-        kept, kept_probs = kept[chosen], kept_probs[chosen]
-        kept_probs = kept_probs / kept_probs.sum()
-    return kept, kept_probs
+def argmax(logits: Row | np.ndarray) -> int:
+    """The likeliest id of a raw row, whole or candidates (a non-finite maximum raises)."""
+    return as_row(logits).argmax()
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from relaxtui.decoding.backend import rows_through_decode_many
-from relaxtui.engine.api import SeqDecode, row_order
+from relaxtui.engine.api import SeqDecode, row_order, rows_through_decode_many
 from relaxtui.errors import ContextFull
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 try:
     import llama_cpp as _llama
 except ImportError:  # pragma: no cover - set-up problem: llama.py says so
-    _llama = None
+    _llama = None  # type: ignore[assignment]  # (a module or nothing: llama.py refuses to load without it)
 
 
 def _ordered(out: Any, order: list[int]) -> Any:
@@ -131,13 +130,14 @@ class BatchDecoding:
                 wants[j + row] = 1
             j += len(tokens)
         self._run(j)
-        hidden = self.hidden.read(self._ctx, j) if self.hidden is not None else None
+        store = self.hidden
+        hidden = store.read(self._ctx, j) if store is not None else None
         j = 0
         for seq, tokens, _, rows, slot, out in chunk:
             self._seqs[seq].extend(tokens)
-            if hidden is not None:
+            if store is not None and hidden is not None:
                 for i in range(len(tokens)):
-                    self.hidden.append(seq, hidden[j + i])  # type: ignore[union-attr]
+                    store.append(seq, hidden[j + i])
             if rows:
                 self._read(seq, out, slot, [j + row for row in rows])
             j += len(tokens)

@@ -26,7 +26,7 @@ from relaxtui.engine.api import RowSpec, TopLogits
 try:
     import llama_cpp as _llama
 except ImportError:  # pragma: no cover - set-up problem: llama.py says so
-    _llama = None
+    _llama = None  # type: ignore[assignment]  # (a module or nothing: available() is then False)
 
 
 def _ggml() -> ctypes.CDLL | None:
@@ -54,12 +54,12 @@ def _ggml() -> ctypes.CDLL | None:
 _GGML = _ggml()
 
 
-def _rows_at(name: str, kind: type) -> Callable[[int, int], object]:
+def _rows_at(name: str, kind: type) -> Callable[[int, int], Any]:
     """llama.cpp's accessor of a sampling buffer's output row, typed to hand back a pointer to ``kind`` (a slice of
     it reads a row as a list of plain numbers in one step)."""
     function = _llama.llama_cpp._lib[name]  # (a new function object: llama_cpp's own binding keeps its pointer type)
     function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(kind)
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 if _llama is not None:
@@ -90,13 +90,14 @@ def available() -> bool:
     return _GGML is not None
 
 
-def _iface(spec: RowSpec) -> object:
+def _iface(spec: RowSpec) -> _llama.llama_sampler_i:
     """The sampler interface for ``spec`` (kept alive for the process: llama.cpp holds pointers into it)."""
     ggml = _GGML
     assert ggml is not None and _llama is not None
 
-    def backend_apply(sampler: object, ctx: int, graph: int, data: object) -> None:
-        row = data.contents  # type: ignore[attr-defined]
+    # data: a ctypes pointer to llama_sampler_data, whose fields llama_cpp declares only in _fields_ (untyped)
+    def backend_apply(sampler: object, ctx: int, graph: int, data: Any) -> None:
+        row = data.contents
         n = ggml.ggml_nelements(row.logits)
         column = ggml.ggml_reshape_2d(ctx, row.logits, 1, n)  # get_rows picks rows: one logit per row
         top = (ggml.ggml_argmax(ctx, ggml.ggml_reshape_2d(ctx, row.logits, n, 1)) if spec.k == 1  # one pass, no sort
@@ -117,7 +118,7 @@ def _iface(spec: RowSpec) -> object:
 
 
 _KEEP: list[object] = []
-_IFACES: dict[RowSpec, object] = {}
+_IFACES: dict[RowSpec, _llama.llama_sampler_i] = {}
 
 
 class CandidateSamplers:
@@ -203,4 +204,4 @@ class CandidateSamplers:
             _llama.llama_sampler_free(chain)
         self._chains.clear()
         self.specs.clear()
-        self._ctx = None
+        self._ctx = 0  # (NULL: closed)

@@ -1,10 +1,10 @@
 """How many sequences a context can hold here: KV-cache bytes per token from the GGUF header, against free memory.
 
-Each sequence gets its own ``n_ctx`` tokens of KV cache in every model of the pair (SPEC §8), so K sequences
-cost K × n_ctx × (bytes per token of each model), plus, in a recurrent/hybrid model, its recurrent state and that
-state's rollback snapshots (``1 + rollback_depth`` copies per sequence: gigabytes for a large Qwen3.5). Checked
-before loading, so a K that cannot fit is one clear line (with the largest K that fits) instead of an
-allocation failure or the OOM killer mid-run.
+Each sequence gets its own ``n_ctx`` tokens of KV cache in every model of the pair
+(docs/architecture.md#many-sequences), so K sequences cost K × n_ctx × (bytes per token of each model), plus, in a
+recurrent/hybrid model, its recurrent state and that state's rollback snapshots (``1 + rollback_depth`` copies per
+sequence: gigabytes for a large Qwen3.5). Checked before loading, so a K that cannot fit is one clear line (with the
+largest K that fits) instead of an allocation failure or the OOM killer mid-run.
 """
 
 from __future__ import annotations
@@ -85,6 +85,11 @@ def _recurrent_layers(meta: dict, arch: str, trunk: int) -> set[int]:
     return {il for il in range(trunk) if (il + 1) % interval}
 
 
+def _size(value: object) -> int | None:
+    """``value`` if it is a whole number in 1 .. 2**20 - 1 (a state size or a layer count as a header holds it)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20 else None
+
+
 def recurrent_bytes_per_sequence(model: Model, rollback_depth: int = DEFAULT_ROLLBACK_DEPTH) -> int:
     """Recurrent-state bytes one sequence costs: per recurrent layer, its conv and SSM states (llama.cpp's
     n_embd_r, n_embd_s for Mamba-style and gated-delta-net layers) in ``1 + snapshots`` copies (the rollback
@@ -93,14 +98,13 @@ def recurrent_bytes_per_sequence(model: Model, rollback_depth: int = DEFAULT_ROL
     header = _header(model)
     meta = header.metadata
     arch = meta.get("general.architecture", "")
-    sizes = [meta.get(f"{arch}.ssm.{key}") for key in ("conv_kernel", "inner_size", "state_size")]
+    conv, inner, state, layers = (_size(meta.get(f"{arch}.{key}")) for key in (
+        "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "block_count"))
     groups = meta.get(f"{arch}.ssm.group_count", 0)
-    layers = meta.get(f"{arch}.block_count")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 20 for v in (*sizes, layers)) or \
+    if conv is None or inner is None or state is None or layers is None or \
             not isinstance(groups, int) or isinstance(groups, bool) or not 0 <= groups < 1 << 20 or \
             layers > LLAMA_MAX_LAYERS:
         return 0
-    conv, inner, state = sizes
     trunk = layers - _nextn(meta, arch, layers)
     recurrent = _recurrent_layers(meta, arch, trunk) if arch in GATED_DELTA_NET else set(range(trunk))
     kv_key = f"{arch}.attention.head_count_kv"

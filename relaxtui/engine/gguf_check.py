@@ -12,7 +12,7 @@ refused here: every rule holds for every model llama.cpp can run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from relaxtui.engine.gguf import INTEGER_TYPES, ArrayInfo, GGUFHeader, read_array, read_header
 from relaxtui.errors import UserError
@@ -34,6 +34,10 @@ class _Refused(Exception):
     pass
 
 
+@overload
+def _int(meta: dict[str, Any], key: str, default: int) -> int: ...
+@overload
+def _int(meta: dict[str, Any], key: str, default: None = None) -> int | None: ...
 def _int(meta: dict[str, Any], key: str, default: int | None = None) -> int | None:
     value = meta.get(key, default)
     if value is None or isinstance(value, int) and not isinstance(value, bool):
@@ -42,6 +46,10 @@ def _int(meta: dict[str, Any], key: str, default: int | None = None) -> int | No
     raise _Refused(f"{key} is {kind}, not an integer")
 
 
+@overload
+def _per_layer(header: GGUFHeader, key: str, n_layer: int, default: list[int]) -> list[int]: ...
+@overload
+def _per_layer(header: GGUFHeader, key: str, n_layer: int, default: None) -> list[int] | None: ...
 def _per_layer(header: GGUFHeader, key: str, n_layer: int, default: list[int] | None) -> list[int] | None:
     """A value llama.cpp reads with get_key_or_arr: one integer for every layer, or an array of n_layer."""
     value = header.metadata.get(key)

@@ -1,4 +1,4 @@
-"""A thin, explicit wrapper over llama-cpp-python's low-level API (SPEC §6 pitfalls).
+"""A thin, explicit wrapper over llama-cpp-python's low-level API (docs/architecture.md#llamacpp-pitfalls).
 
 Why low-level: ``Llama(logits_all=True)`` and ``draft_model=`` allocate n_ctx × n_vocab floats. Here a
 decode asks for logits only on the rows the caller names, copies exactly those rows out, and the KV cache
@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from relaxtui import envvars
-from relaxtui.decoding.backend import SequenceView
-from relaxtui.engine.api import MAX_DRAFT, RowSpec, SeqDecode
+from relaxtui.engine.api import MAX_DRAFT, Rows, RowSpec, SeqDecode
 from relaxtui.engine.batching import BatchDecoding
 from relaxtui.engine.candidates import CandidateSamplers
 from relaxtui.engine.gguf import read_header
@@ -52,7 +51,7 @@ def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 _LOG_CALLBACK = _llama.llama_log_callback(_quiet_log)  # keep a reference: llama.cpp holds the pointer
 
 
-def _init_backend() -> None:
+def init_backend() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
@@ -65,12 +64,12 @@ def _init_backend() -> None:
 def use_extra_buffers() -> bool:
     """llama.cpp's extra buffer types repack Q4_0/Q4_K weights for fast multi-token GEMM — the verify batch and
     a Q4_0 drafter gain 25-40% — but a build with AMX kernels segfaults in them on VMs that advertise AMX
-    (SPEC §6). Our set-up builds with AMX off; a build that has AMX keeps them off. RELAXTUI_EXTRA_BUFTS=0/1
-    overrides."""
+    (docs/architecture.md#llamacpp-pitfalls). Our set-up builds with AMX off; a build that has AMX keeps them off.
+    RELAXTUI_EXTRA_BUFTS=0/1 overrides."""
     forced = envvars.optional_flag("RELAXTUI_EXTRA_BUFTS")
     if forced is not None:
         return forced
-    _init_backend()
+    init_backend()
     info = _llama.llama_print_system_info().decode(errors="replace")
     return "AMX" not in info
 
@@ -97,7 +96,7 @@ class LlamaModel(SequenceMemory, BatchDecoding):
             raise UserError(f"--parallel must be in 1..{_llama.llama_max_parallel_sequences()} (got {n_seq})")
         if rollback_depth < 0:
             raise UserError(f"rollback depth must be >= 0 (got {rollback_depth})")
-        _init_backend()
+        init_backend()
         model_params = _llama.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = use_extra_buffers()
@@ -243,15 +242,6 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         return value if isinstance(value, str) else None
 
     # -- decoding ---------------------------------------------------------------------------------
-    @property
-    def n_past(self) -> int:
-        """Tokens currently in sequence 0's KV cache."""
-        return len(self._seqs[0])
-
-    @property
-    def cached_tokens(self) -> Sequence[int]:
-        return self._seqs[0]
-
     def tokens_of(self, seq: int) -> Sequence[int]:
         return self._seqs[seq]
 
@@ -268,17 +258,11 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         Python."""
         return self._copied + self._candidates.copied_bytes
 
-    def sequence(self, seq: int) -> SequenceView:
-        """Sequence ``seq`` as a one-sequence backend (prefill, drafters and timings run on it unchanged)."""
-        return SequenceView(self, seq)
-
-    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
-        """Append ``tokens`` at sequence 0's position; return logits for ``logits_rows`` (indices into
-        ``tokens``, negative allowed) as a float32 array [len(logits_rows), n_vocab]. Chunks by n_batch. Every row
-        asked as ``range(len(tokens))`` (the loop's verify batch) takes ``decode_rows``' leaner path."""
-        if isinstance(logits_rows, range) and len(tokens) > 0 and logits_rows == range(len(tokens)):
-            return self.decode_rows([0], [tokens])[0]  # type: ignore[no-any-return]
-        return self.decode_many([SeqDecode(0, tokens, logits_rows)])[0]
+    def decode(self, seq: int, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> Rows:
+        """Append ``tokens`` at sequence ``seq``'s position; return logits for ``logits_rows`` (indices into
+        ``tokens``, negative allowed): a float32 array [len(logits_rows), n_vocab], or ``TopLogits`` per row for a
+        sequence with candidate rows. Chunks by n_batch."""
+        return self.decode_many([SeqDecode(seq, tokens, logits_rows)])[0]
 
     def set_candidates(self, seq: int, spec: RowSpec | None) -> bool:
         """From the next decode on, hand ``seq``'s logits rows as candidates (``TopLogits``: its top ``spec.k``
@@ -299,7 +283,7 @@ class LlamaModel(SequenceMemory, BatchDecoding):
             if hasattr(self, "_candidates"):
                 self._candidates.close()  # (after the context that pointed at its samplers)
             _llama.llama_model_free(self._model)
-            self._ctx = None
+            self._ctx = 0  # (NULL: closed)
 
     def __enter__(self) -> LlamaModel:
         return self

@@ -129,10 +129,6 @@ class SequenceMemory:
     path: Path
     n_ctx: int
 
-    def rollback(self, position: int) -> None:
-        """Drop every cached token of sequence 0 at ``position`` and after (the cache keeps [0, position))."""
-        self.rollback_seq(0, position)
-
     @property
     def rollback_limit(self) -> int | None:
         """How many trailing tokens a rollback can remove at most (recurrent-state snapshots per sequence; 0: it
@@ -146,7 +142,7 @@ class SequenceMemory:
             self._snapshots.require(depth, self.path.name, self.n_ctx)
 
     def can_rollback(self, seq: int, position: int) -> bool:
-        """Whether ``rollback_seq(seq, position)`` can be done exactly now. Always on a KV cache (and rolling
+        """Whether ``rollback(seq, position)`` can be done exactly now. Always on a KV cache (and rolling
         back to 0 always: it empties the sequence); on recurrent memory within the snapshots of the sequence's
         last decode, once; with an MTP head, only back to where its hidden rows are kept."""
         return self._rollback_refusal(seq, position) is None
@@ -161,14 +157,14 @@ class SequenceMemory:
             return f"the MTP head's hidden rows are kept from position {self.hidden.kept_from(seq)} only"
         return None
 
-    def rollback_seq(self, seq: int, position: int) -> None:
+    def rollback(self, seq: int, position: int) -> None:
         """Keep the first ``position`` tokens of sequence ``seq``; raises ``RollbackError`` when that cannot be
         done exactly (check ``can_rollback`` first), leaving the sequence as it was."""
         n = len(self._seqs[seq])
         if position >= n:
             return
         if position <= 0:
-            self.clear_seq(seq)
+            self.clear(seq)
             return
         refusal = self._rollback_refusal(seq, position)
         if refusal is not None:
@@ -194,9 +190,11 @@ class SequenceMemory:
             raise RollbackError(f"llama.cpp could not save the state of sequence {seq}")
         return Checkpoint(seq, tuple(self._seqs[seq]), bytes(data))
 
-    def restore(self, checkpoint: Checkpoint) -> None:
+    def restore(self, checkpoint: object) -> None:
         """Roll the checkpoint's sequence back to where it was saved (its tokens must still be the cache's
         prefix); then decode the tokens to keep after it again."""
+        if not isinstance(checkpoint, Checkpoint):  # (the protocol hands checkpoints back as opaque objects)
+            raise TypeError(f"not a checkpoint of this model: {type(checkpoint).__name__}")
         seq, n = checkpoint.seq, len(checkpoint.tokens)
         if tuple(self._seqs[seq][:n]) != checkpoint.tokens:
             raise RollbackError(f"sequence {seq} no longer continues the checkpoint's {n} tokens")
@@ -222,7 +220,7 @@ class SequenceMemory:
             tokens.clear()
             self._forget(seq)
 
-    def clear_seq(self, seq: int) -> None:
+    def clear(self, seq: int) -> None:
         """Empty one sequence (a finished slot, before it is refilled); the others keep their caches."""
         if not _llama.llama_memory_seq_rm(self._memory, seq, -1, -1):
             raise RollbackError(f"llama.cpp refused to clear sequence {seq}")
@@ -268,14 +266,14 @@ class SequenceMemory:
         if refusal is not None:
             raise RollbackError(f"cannot copy {length} tokens of sequence {src} to sequence {dst}: {refusal}")
         if length == 0:
-            self.clear_seq(dst)
+            self.clear(dst)
             return
         if self._snapshots is not None:
-            self.clear_seq(dst)  # a removal pending on dst would otherwise apply to the copied state
+            self.clear(dst)  # a removal pending on dst would otherwise apply to the copied state
         _llama.llama_memory_seq_cp(self._memory, src, dst, -1, -1)  # replaces all of dst's cells
         if length < len(self._seqs[src]) and not _llama.llama_memory_seq_rm(self._memory, dst, length, -1):
             raise RollbackError(f"llama.cpp refused to trim the copy of sequence {src} to {length} tokens")
-        self._seqs[dst][:] = self._seqs[src][:length]  # in place: cached_tokens hands out this list
+        self._seqs[dst][:] = self._seqs[src][:length]  # in place: tokens_of hands out this list
         if self._snapshots is not None:
             self._snapshots.shared(src, dst)
         if self.hidden is not None:

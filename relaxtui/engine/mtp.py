@@ -31,10 +31,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import llama_cpp as _llama  # (importable: relaxtui.engine.llama, imported above, checked it is installed)
 import numpy as np
 
+from relaxtui.engine.gguf import read_header
 from relaxtui.engine.gguf_check import mtp_layers
-from relaxtui.engine.llama import LlamaModel, _init_backend, _llama, default_threads, use_extra_buffers
+from relaxtui.engine.llama import LlamaModel, default_threads, init_backend, use_extra_buffers
 from relaxtui.engine.memory import RollbackError
 from relaxtui.errors import ContextFull, UserError
 
@@ -191,7 +193,7 @@ class MtpHead:
         if header.architecture != verifier.header.architecture:
             raise UserError(f"the MTP layers in {path.name} are for {header.architecture}, the verifier "
                             f"{verifier.path.name} is {verifier.header.architecture}")
-        _init_backend()
+        init_backend()
         params = _llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.use_extra_bufts = use_extra_buffers()
@@ -233,14 +235,6 @@ class MtpHead:
         return ctx
 
     # -- following the verifier --------------------------------------------------------------------------------
-    def begin(self, seq: int) -> None:
-        """Forget sequence ``seq`` (a new prompt there): the next draft rebuilds it from the verifier's cache."""
-        self._drop(seq, 0)
-
-    def rollback(self, seq: int, position: int) -> None:
-        """Keep the head's cache of ``seq`` up to ``position`` (optional: drafting follows the verifier anyway)."""
-        self._drop(seq, min(position, len(self._kept[seq])))
-
     def sync(self, seqs: Sequence[int] | None = None) -> None:
         """Catch the head up with the verifier's cache now (e.g. after a long prefill, to release its hidden
         rows); drafting does this itself."""
@@ -273,11 +267,12 @@ class MtpHead:
         next draft token, from the pair (token, the head's hidden row of the step before)."""
         batch = []
         for seq, token in items:
-            if self._chain[seq] is None:
+            chain = self._chain[seq]
+            if chain is None:
                 raise RuntimeError(f"MTP step for sequence {seq} without a first step since the verifier moved")
             if self._cached[seq] >= self.n_ctx:
                 raise ContextFull(self._cached[seq], 1, self.n_ctx)
-            batch.append((seq, token, self._cached[seq], self._chain[seq], True))
+            batch.append((seq, token, self._cached[seq], chain, True))
         logits = self._process(batch)
         for seq, _ in items:
             self._cached[seq] += 1
@@ -304,21 +299,23 @@ class MtpHead:
     def _run(self, items: list[tuple[int, int | None]]) -> np.ndarray:
         """Catch the named sequences up with the verifier (the pairs of the tokens it cached since), then, for
         items with a token, decode the first draft pair; one llama_process where it fits in a batch."""
+        store = self.model.hidden
+        if store is None:  # (__init__ refuses a verifier without one, and a verifier keeps its store)
+            raise RuntimeError(f"{self.model.path.name} has no hidden rows for its MTP head")
         catch_up, drafts = [], []
         for seq, last in items:
             tokens, kept = self.model.tokens_of(seq), self._kept[seq]
-            low = min(self.model.hidden.unchanged_below(seq), len(kept), len(tokens))  # compare only the rest
+            low = min(store.unchanged_below(seq), len(kept), len(tokens))  # compare only the rest
             same = next((i for i in range(low, min(len(kept), len(tokens))) if kept[i] != tokens[i]),
                         min(len(kept), len(tokens)))
             self._drop(seq, same)
             if len(tokens) > same:
-                hidden = self.model.hidden.rows(seq, same - 1, len(tokens) - 1)
+                hidden = store.rows(seq, same - 1, len(tokens) - 1)
                 catch_up += [(seq, tokens[p], p, hidden[p - same], False) for p in range(same, len(tokens))]
             if last is not None:
                 if len(tokens) >= self.n_ctx:
                     raise ContextFull(len(tokens), 1, self.n_ctx)
-                drafts.append((seq, last, len(tokens), self.model.hidden.rows(seq, len(tokens) - 1,
-                                                                              len(tokens))[0], True))
+                drafts.append((seq, last, len(tokens), store.rows(seq, len(tokens) - 1, len(tokens))[0], True))
         if len(catch_up) + len(drafts) > self.n_batch:
             for start in range(0, len(catch_up), self.n_batch):
                 self._process(catch_up[start:start + self.n_batch])
@@ -328,8 +325,8 @@ class MtpHead:
             tokens = self.model.tokens_of(seq)
             self._kept[seq] = list(tokens)
             self._cached[seq] = len(tokens)
-            self.model.hidden.drop_before(seq, len(tokens) - 1)  # the last row starts the next draft
-            self.model.hidden.seen(seq)
+            store.drop_before(seq, len(tokens) - 1)  # the last row starts the next draft
+            store.seen(seq)
         for seq, last, *_ in drafts:
             self._kept[seq].append(last)  # the real pair of position n, kept while the verifier caches `last`
             self._cached[seq] += 1
@@ -376,7 +373,7 @@ class MtpHead:
         if getattr(self, "_ctx", None):
             _llama.llama_batch_ext_free(self._batch)
             _llama.llama_free(self._ctx)
-            self._ctx = None
+            self._ctx = 0  # (NULL: closed)
             if self._own_model:
                 _llama.llama_model_free(self._own_model)
                 self._own_model = None
@@ -394,3 +391,23 @@ class MtpHead:
             self.close()
         except Exception:
             pass
+
+
+def check_mtp_files(verifier: Path, drafter: Path | None) -> None:
+    """The MTP layers a run drafts with, from the GGUF headers alone (before any model loads): the verifier's own,
+    or an MTP-only GGUF's for the verifier's architecture."""
+    target = read_header(verifier)
+    if drafter is None:
+        if not mtp_layers(target):
+            hint = ("an MTP-only GGUF for it goes in --drafter" if target.architecture in MTP_ARCHS else
+                    f"llama.cpp has no MTP head for {target.architecture} models")
+            raise UserError(f"{verifier.name} has no MTP layers ({target.architecture}.nextn_predict_layers is 0): "
+                            f"it cannot draft for itself ({hint})")
+        return
+    head = read_header(drafter)
+    if not mtp_layers(head):
+        raise UserError(f"{drafter.name} has no MTP layers ({head.architecture}.nextn_predict_layers is 0): it is "
+                        "no MTP drafter (a small LM drafts with --draft-kind model)")
+    if head.architecture != target.architecture:
+        raise UserError(f"the MTP layers in {drafter.name} are for {head.architecture}, the verifier {verifier.name} "
+                        f"is {target.architecture}")

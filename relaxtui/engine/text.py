@@ -1,4 +1,4 @@
-"""Text around the tokens: the model's own chat template, and streaming detokenisation.
+"""The model's own chat template (messages in, the prompt text out).
 
 Why jinja2 over ``llama_chat_apply_template``: the C helper only knows a fixed list of templates and has no
 way to pass ``enable_thinking``; the GGUF carries the real Jinja template, which we render in a sandbox.
@@ -6,26 +6,19 @@ way to pass ``enable_thinking``; the GGUF carries the real Jinja template, which
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from relaxtui.errors import UserError
+from relaxtui.text import Message
 
 # A plain ChatML fallback for models without a template (many base models).
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-
-
-@dataclass(frozen=True)
-class Message:
-    role: str
-    content: str
 
 
 def _raise(message: str) -> None:
@@ -61,16 +54,3 @@ class ChatTemplate:
             return self._template.render(**variables)
         except TemplateError as exc:
             raise UserError(f"the model's chat template failed: {exc}") from exc
-
-
-class StreamDecoder:
-    """Turns token pieces (bytes) into text as they stream, holding back split UTF-8 sequences."""
-
-    def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, piece: bytes) -> str:
-        return self._decoder.decode(piece)
-
-    def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from relaxtui.decoding.backend import Backend, MultiBackend
 from relaxtui.decoding.batched import Job
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import generate
+from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
 from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.evals.units import WorkUnit, failed_record, make_record, row_problem, unit_config
@@ -45,7 +45,7 @@ class Executor(Protocol):
 class _Local:
     """Local executors run on a pair the caller loaded and frees: nothing to start or close here."""
 
-    verifier: Backend
+    verifier: Model
     tokenize: Callable[[Sample], list[int]]
     _prompts: dict[str, list[int] | str]
 
@@ -82,7 +82,7 @@ class _Local:
 class SequentialExecutor(_Local):
     """Runs units one at a time on one verifier/drafter pair (the one-sequence loop)."""
 
-    def __init__(self, verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
+    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
         self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
         self._prompts = {}
 
@@ -109,7 +109,7 @@ class SequentialExecutor(_Local):
 class ParallelExecutor(_Local):
     """Runs units ``verifier.n_seq`` at a time on one pair whose contexts hold that many sequences."""
 
-    def __init__(self, verifier: MultiBackend, drafter: Drafter | None,
+    def __init__(self, verifier: Model, drafter: Drafter | None,
                  tokenize: Callable[[Sample], list[int]]) -> None:
         self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
         self._prompts = {}
@@ -143,9 +143,9 @@ class ParallelExecutor(_Local):
             yield make_record(task, job.tag, finished)
 
 
-def local_executor(verifier: Backend, drafter: Drafter | None,
+def local_executor(verifier: Model, drafter: Drafter | None,
                    tokenize: Callable[[Sample], list[int]]) -> Executor:
     """The executor for a local pair: the batched one when the verifier's context holds several sequences."""
-    if getattr(verifier, "n_seq", 1) > 1:
+    if verifier.n_seq > 1:
         return ParallelExecutor(verifier, drafter, tokenize)  # type: ignore[arg-type]
     return SequentialExecutor(verifier, drafter, tokenize)

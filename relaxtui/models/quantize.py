@@ -1,8 +1,8 @@
 """Re-quantising a GGUF through llama.cpp's own quantiser, to make a cheaper drafter.
 
-A drafter's relative cost c_rel drives the speed-up (SPEC §3); re-quantising the embedded 0.5B drafter from
-Q4_K_M to Q4_0 makes it ~25% faster on CPUs (SPEC §6). Requantising an already quantised file loses a little
-quality, which a drafter can afford.
+A drafter's relative cost c_rel drives the speed-up (docs/metrics.md); re-quantising the embedded 0.5B drafter from
+Q4_K_M to Q4_0 makes it ~25% faster on CPUs (docs/architecture.md#llamacpp-pitfalls). Requantising an already quantised
+file loses a little quality, which a drafter can afford.
 """
 
 from __future__ import annotations
@@ -45,10 +45,12 @@ def quantize(source: str | os.PathLike[str], target: str | os.PathLike[str], typ
         raise UserError("the quantised file must not overwrite its source")
     if not target.parent.is_dir():
         raise UserError(f"output folder does not exist: {target.parent}")
-    from relaxtui.engine.llama import _init_backend, _llama
+    import llama_cpp as llama
 
-    _init_backend()
-    params = _llama.llama_model_quantize_default_params()
+    from relaxtui.engine.llama import init_backend
+
+    init_backend()
+    params = llama.llama_model_quantize_default_params()
     params.nthread = threads or (os.cpu_count() or 1)
     params.ftype = QUANT_TYPES[key]
     params.allow_requantize = True
@@ -57,7 +59,7 @@ def quantize(source: str | os.PathLike[str], target: str | os.PathLike[str], typ
         params.output_tensor_type = params.token_embedding_type = PURE_TENSOR_TYPES[key]
     partial = target.with_name(target.name + ".partial")
     try:
-        status = _llama.llama_model_quantize(os.fsencode(source), os.fsencode(partial), params)
+        status = llama.llama_model_quantize(os.fsencode(source), os.fsencode(partial), params)
         if status != 0:
             raise UserError(f"llama.cpp could not quantise {source} to {type_name} (status {status})")
         partial.replace(target)
