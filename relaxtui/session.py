@@ -9,14 +9,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from relaxtui.decoding.config import MAX_DRAFT
-from relaxtui.decoding.drafters import DRAFT_KINDS, Drafter, DrafterOptions, drafter_kind, make_drafter
+from relaxtui.decoding.drafters import DRAFT_KINDS, Drafter, DrafterOptions, Openers, drafter_kind, make_drafter
 from relaxtui.engine.capacity import check_parallel
 from relaxtui.engine.llama import LlamaModel
-from relaxtui.engine.text import ChatTemplate, Message
+from relaxtui.engine.mtp import MtpHead, check_mtp_files
+from relaxtui.engine.text import ChatTemplate
 from relaxtui.errors import UserError
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.models.store import resolve_model
+from relaxtui.options import CTX_SIZE, DRAFT_MAX, DRAFT_P_MIN, GPU_LAYERS, PARALLEL, THREADS
+from relaxtui.text import Message
 
 __all__ = ["DRAFT_KINDS", "LoadedPair", "ModelOptions", "chat_template", "conversation_tokens", "load_drafter",
            "load_pair", "prompt_tokens"]
@@ -39,19 +41,11 @@ class ModelOptions:
     # in one line if it cannot; a longer draft later (the chat's settings) runs from a checkpoint, exactly
 
     def __post_init__(self) -> None:
+        """Each field through its check in the option table; a refusal names the setting (the CLI spells it as
+        its flag, relaxtui.options)."""
         drafter_kind(self.draft_kind)  # an unknown kind: one line
-        if not 0.0 <= self.draft_p_min < 1.0:
-            raise UserError(f"--draft-p-min must be in [0, 1) (got {self.draft_p_min})")
-        if self.ctx_size < 16:
-            raise UserError(f"--ctx-size must be at least 16 (got {self.ctx_size})")
-        if self.threads is not None and self.threads < 1:
-            raise UserError(f"--threads must be >= 1 (got {self.threads})")
-        if self.parallel < 1:
-            raise UserError(f"--parallel must be >= 1 (got {self.parallel})")
-        if self.gpu_layers < -1:
-            raise UserError(f"--gpu-layers must be >= -1, -1 = all (got {self.gpu_layers})")
-        if not 0 <= self.draft_max <= MAX_DRAFT:
-            raise UserError(f"--draft-max must be in 0..{MAX_DRAFT} (got {self.draft_max})")
+        for setting in (DRAFT_P_MIN, CTX_SIZE, THREADS, PARALLEL, GPU_LAYERS, DRAFT_MAX):
+            setting.check.check(getattr(self, setting.name), setting.name)
 
     @property
     def drafter_file(self) -> str | None:
@@ -94,6 +88,32 @@ def _drafter_path(options: ModelOptions) -> Path | None:
     return None if name is None else resolve_model(name)
 
 
+def open_gguf(options: DrafterOptions) -> LlamaModel:
+    """The model a ``model`` drafter runs, loaded with every option."""
+    if options.model is None:
+        raise UserError("--draft-kind model needs a drafter GGUF (--drafter)")
+    # no recurrent-state snapshots: a hybrid drafter drafts, extends and times from a checkpoint restored after it,
+    # so its snapshots would never be rolled back to (each is a copy of the state, paid on every decode)
+    return LlamaModel(options.model, n_ctx=options.n_ctx, n_threads=options.threads, n_gpu_layers=options.gpu_layers,
+                      n_seq=options.n_seq, rollback_depth=0)
+
+
+def open_mtp_head(verifier: object, options: DrafterOptions) -> MtpHead:
+    """The verifier's MTP head (layers from ``options.model``, an MTP-only GGUF, when given)."""
+    if not isinstance(verifier, LlamaModel):
+        raise UserError("--draft-kind mtp drafts with a GGUF verifier's own MTP layers")
+    return MtpHead(verifier, options.model, n_threads=options.threads, n_gpu_layers=options.gpu_layers)
+
+
+def _close(model: object) -> None:
+    assert isinstance(model, LlamaModel), "the GGUF openers open LlamaModels only"
+    model.close()
+
+
+GGUF = Openers(model=open_gguf, close=_close, mtp_head=open_mtp_head, mtp_files=check_mtp_files)
+"""The factory's openers for GGUF files through llama.cpp: what every face drafts with."""
+
+
 def load_pair(options: ModelOptions) -> LoadedPair:
     """Resolve and load both models (the drafter through the one factory, with every option), checking their
     vocabularies before anything runs."""
@@ -103,7 +123,7 @@ def load_pair(options: ModelOptions) -> LoadedPair:
                    rollback_depth=options.draft_max)
     speculative = options.drafter is not None
     if speculative:
-        drafter_kind(options.draft_kind).check_files(verifier_path, drafter_path)  # headers: before anything loads
+        drafter_kind(options.draft_kind).check_files(verifier_path, drafter_path, GGUF)  # headers, before any load
     # a kind that drafts from the verifier's hidden rows (an MTP head) needs a verifier that keeps them
     keep_hidden = {"mtp": True} if speculative and drafter_kind(options.draft_kind).needs_hidden_states else {}
     verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads,
@@ -112,7 +132,7 @@ def load_pair(options: ModelOptions) -> LoadedPair:
     try:
         if speculative and options.draft_max > 0:
             verifier.require_rollback(options.draft_max)  # a hybrid model that cannot: one line, before decoding
-        drafter = make_drafter(_drafter_options(options, drafter_path), verifier) if speculative else None
+        drafter = make_drafter(_drafter_options(options, drafter_path), verifier, GGUF) if speculative else None
     except BaseException:
         verifier.close()
         raise
@@ -124,7 +144,7 @@ def load_drafter(options: ModelOptions, verifier: LlamaModel) -> Drafter | None:
     switch, built by the same factory as ``load_pair`` with the same options (GPU layers, p-min, n-gram sizes)."""
     if options.drafter is None:
         return None
-    return make_drafter(_drafter_options(options, _drafter_path(options)), verifier)
+    return make_drafter(_drafter_options(options, _drafter_path(options)), verifier, GGUF)
 
 
 def chat_template(model: LlamaModel) -> ChatTemplate:

@@ -1,5 +1,6 @@
-"""One drafter interface (SPEC §4, issue 22): nothing outside the drafter modules asks what a drafter is; every kind
-the factory builds runs every rule through both loops; what a drafter declares is what the loops do with it."""
+"""One drafter interface (docs/method.md#drafters, issue 22): nothing outside the drafter modules asks what a drafter
+is; every kind the factory builds runs every rule through both loops; what a drafter declares is what the loops do with
+it."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import pytest
 
 import relaxtui
 from relaxtui.decoding import round as steps
-from relaxtui.decoding.backend import FakeBackend, markov_logits
 from relaxtui.decoding.batched import Job, generate_many
-from relaxtui.decoding.drafters import DRAFT_KINDS, KINDS, DrafterOptions, make_drafter
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.drafters import DRAFT_KINDS, KINDS, DrafterOptions, Openers, make_drafter
 from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.events import Finished
-from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.decoding.sampling import SamplingParams, process, sample, scatter
+from relaxtui.decoding.loop import generate
+from relaxtui.decoding.sampling import SamplingParams, process, sample
+from relaxtui.engine.fake import FakeBackend, markov_logits
 from relaxtui.errors import UserError
 from relaxtui.rules import PAPER_GRID, make
 from tests.conftest import VOCAB
@@ -179,11 +181,18 @@ def fake_verifier(n_seq: int = 1, table: np.ndarray = TARGET) -> FakeBackend:
     return FakeBackend(markov_logits(table), VOCAB, n_seq=n_seq)
 
 
+# sizes that fit PROMPT (8 tokens: llama.cpp's n-gram defaults need dozens), and no corpus shared across sequences
+# (a suffix drafter learns from an output that finished beside it, so K = 3 would differ from K = 1 by design;
+# tests/test_suffix_drafter.py covers the corpus). Each option reaches only the kinds that read it.
+SMALL = {"ngram_size_n": 2, "ngram_size_m": 3, "ngram_mod_n_min": 1, "suffix_corpus_tokens": 0}
+
+
 def build(kind: str, verifier: FakeBackend, **options) -> Drafter:
     """Through the factory, with a fake model file for the model kind."""
     def open_model(o: DrafterOptions) -> FakeBackend:
         return FakeBackend(markov_logits(DRAFT), VOCAB, n_seq=o.n_seq, n_ctx=o.n_ctx)
-    return make_drafter(DrafterOptions(kind=kind, n_seq=verifier.n_seq, **options), verifier, open_model=open_model)
+    return make_drafter(DrafterOptions(kind=kind, n_seq=verifier.n_seq, **{**SMALL, **options}), verifier,
+                        Openers(model=open_model))
 
 
 def one_and_many(kind: str, rule, config: GenerationConfig, k: int = 3) -> tuple[Finished, list[Finished]]:
@@ -226,7 +235,7 @@ def test_strict_greedy_gives_the_verifier_alone_tokens_for_every_kind(kind):
 
 
 def test_factory_refuses_an_unknown_kind_in_one_line():
-    with pytest.raises(UserError, match=r"^unknown drafter kind 'eagle3'; known: model, ngram, mtp$"):
+    with pytest.raises(UserError, match=rf"^unknown drafter kind 'eagle3'; known: {', '.join(DRAFT_KINDS)}$"):
         DrafterOptions(kind="eagle3")
     from relaxtui.session import ModelOptions
 
@@ -236,20 +245,15 @@ def test_factory_refuses_an_unknown_kind_in_one_line():
 
 def test_factory_checks_the_vocabulary_and_closes_the_model_on_a_mismatch():
     closed = []
-
-    class Other(FakeBackend):
-        def close(self) -> None:
-            closed.append(True)
-
-    other = Other(markov_logits(DRAFT), VOCAB, pieces=[f"[{t}]".encode() for t in range(VOCAB)])
+    other = FakeBackend(markov_logits(DRAFT), VOCAB, pieces=[f"[{t}]".encode() for t in range(VOCAB)])
+    openers = Openers(model=lambda _: other, close=closed.append)
     with pytest.raises(UserError, match="vocabularies differ"):
-        make_drafter(DrafterOptions(kind="model"), fake_verifier(), open_model=lambda _: other)
-    assert closed == [True]
+        make_drafter(DrafterOptions(kind="model"), fake_verifier(), openers)
+    assert closed == [other]  # through the openers' own close
 
 
 def test_every_option_reaches_the_model_and_the_drafter(monkeypatch, tmp_path):
     """ModelOptions → load_drafter → make_drafter → LlamaModel: GPU layers (-1 = all), threads, ctx, K, p-min."""
-    import relaxtui.engine.llama as llama
     import relaxtui.session as session
 
     loaded = {}
@@ -258,7 +262,7 @@ def test_every_option_reaches_the_model_and_the_drafter(monkeypatch, tmp_path):
         loaded.update(kwargs, path=path)
         return FakeBackend(markov_logits(DRAFT), VOCAB, n_seq=kwargs["n_seq"], n_ctx=kwargs["n_ctx"])
 
-    monkeypatch.setattr(llama, "LlamaModel", fake_llama)
+    monkeypatch.setattr(session, "LlamaModel", fake_llama)
     monkeypatch.setattr(session, "resolve_model", lambda name: tmp_path / name)
     options = session.ModelOptions(verifier="v.gguf", drafter="d.gguf", ctx_size=64, threads=3, gpu_layers=-1,
                                    draft_p_min=0.25, parallel=2)
@@ -338,14 +342,14 @@ def seen(monkeypatch):
     """What the round hands the acceptance step: (draft tokens, q rows, drafter logits) of every round (q as whole
     rows: built from q on its support where only that came, as a one-hot draft's does)."""
     calls = []
-    real = steps.accept_round
+    real = steps.accept_draft
 
-    def spy(tokens, probs, logits, *args, **kwargs):
-        q = kwargs.get("draft_q", ())
-        calls.append((list(tokens), probs if probs is not None or not q else scatter(q, VOCAB), logits))
-        return real(tokens, probs, logits, *args, **kwargs)
+    def spy(draft, *args, **kwargs):
+        if draft is not None:
+            calls.append((list(draft.tokens), draft.dense_probs(VOCAB), draft.logits))
+        return real(draft, *args, **kwargs)
 
-    monkeypatch.setattr(steps, "accept_round", spy)
+    monkeypatch.setattr(steps, "accept_draft", spy)
     return calls
 
 

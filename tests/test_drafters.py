@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaxtui.decoding.drafters import DraftRequest, ModelDrafter, draw_uniforms, propose
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.draft_steps import draw_uniforms, propose
+from relaxtui.decoding.drafters import DraftRequest, ModelDrafter
 from relaxtui.decoding.events import TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.round import DraftLength
 from relaxtui.decoding.sampling import SamplingParams

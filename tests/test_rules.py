@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, softmax
 from relaxtui.errors import UserError
 from relaxtui.rules import PAPER_GRID, RULES, make
@@ -276,7 +277,7 @@ def test_relaxed_bonus_samples_the_rule_target_at_n_plus_one():
 
 
 def test_unknown_bonus_policy():
-    with pytest.raises(UserError, match="--bonus must be one of auto, target, relaxed"):
+    with pytest.raises(UserError, match="bonus must be one of auto, target, relaxed"):
         GenerationConfig(bonus="sometimes")
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import Candidates, SamplingParams, scatter
-from relaxtui.engine.api import TopLogits
+from relaxtui.engine.api import Rows
 from relaxtui.errors import UserError
 
 
@@ -73,17 +73,19 @@ class DraftRequest:
 @dataclass(frozen=True)
 class Draft:
     tokens: list[int]
-    probs: np.ndarray | None  # [n, target vocab] processed q_i; None from a drafter without a distribution
-    logits: np.ndarray | Sequence[TopLogits] | None  # [n, target vocab] raw drafter logits, or per position the
-    # engine's candidates (TopLogits); None without a distribution
+    probs: np.ndarray | None  # [n, target vocab] processed q_i, where a drafter built them; None: q is in ``q``
+    # (whole rows of it are built only where the dense path needs them, ``dense_probs``)
+    logits: Rows | None  # per position the drafter's raw row over the target vocabulary, as the engine handed it
+    # (whole, or its candidates); None without a distribution
     seconds: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
     q: tuple[Candidates, ...] = ()  # per position, processed q on its support: what the support path reads (spares
-    # it a pass over each row; ``probs`` may then be None: a drafter on candidate rows builds no whole rows); empty:
-    # not known, found from the rows
+    # it a pass over each row; ``probs`` is then None: no drafter builds whole rows of q up front); empty: not known,
+    # found from ``probs``
 
     def dense_probs(self, vocab: int) -> np.ndarray:
-        """[n, vocab] processed q: ``probs``, or built from ``q`` (the dense path of a candidate-row draft)."""
+        """[n, vocab] processed q: ``probs``, or built from ``q`` (the dense path of a draft that handed only q on its
+        support)."""
         if self.probs is not None:
             return self.probs
         return scatter(self.q, vocab) if self.q else np.empty((0, vocab))
@@ -104,8 +106,10 @@ class Drafter(Protocol):
               should_stop: Callable[[], bool] = ...) -> bool: ...  # False: stopped during its prefill
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]: ...  # one Draft per request, in order
     def accept(self, seq: int, n_accepted: int) -> None: ...  # the last verify batch kept n_accepted drafts
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]: ...  # (q, logits) at N+1
+    # (q, raw logits) at N+1; no raw logits (None) where the drafter's rows were candidates
+    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]: ...
     def step(self, seq: int, context: Sequence[int]) -> None: ...  # one raw model step after context (timed: c_rel)
+    def finished(self, seq: int, output: Sequence[int]) -> None: ...  # a generation on seq ended with this output
     def release(self, seq: int) -> None: ...  # forget a sequence (its cache emptied)
     def close(self) -> None: ...
 
@@ -127,12 +131,16 @@ class BaseDrafter:
         """Told after each verify batch (before the verifier decodes again): ``n_accepted`` drafts were kept, and
         the verifier's cache holds `last` and them. Nothing to do by default."""
 
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]:
         raise UserError(f"the {self.traits.kind} drafter has no distribution past its draft; use --bonus target "
                         "or auto")
 
     def step(self, seq: int, context: Sequence[int]) -> None:
         """Nothing to time without a model."""
+
+    def finished(self, seq: int, output: Sequence[int]) -> None:
+        """A generation on ``seq`` ended with ``output`` (its tokens after the prompt): a drafter that learns from
+        earlier outputs (across a chat's turns, a server's requests) keeps them. Nothing to do by default."""
 
     def release(self, seq: int) -> None:
         pass

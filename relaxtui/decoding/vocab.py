@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
@@ -15,13 +16,24 @@ FIRST_CHECKED_TOKEN = 5
 
 
 class VocabInfo(Protocol):
-    n_vocab: int
-    vocab_type: int
-    bos: int
-    eos: int
-    add_bos: bool
+    """What ``check_vocab`` reads of a model (read-only: an attribute or a property answers)."""
 
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def vocab_type(self) -> int: ...
+    @property
+    def bos(self) -> int: ...
+    @property
+    def eos(self) -> int: ...
+    @property
+    def add_bos(self) -> bool: ...
     def token_text(self, token: int) -> bytes: ...
+
+
+class VocabModel(Model, VocabInfo, Protocol):
+    """A model a drafter is built for or with: the loops' protocol plus the vocabulary ``check_vocab`` compares
+    (``LlamaModel`` and ``FakeBackend``, engine/conformance.py)."""
 
 
 def check_vocab(verifier: VocabInfo, drafter: VocabInfo, *, names: tuple[str, str] = ("verifier", "drafter")) -> None:

@@ -1,4 +1,4 @@
-"""Acceptance rules of the unified framework (Xia, Ribar & Balanca 2026, arXiv 2607.08690; SPEC §2).
+"""Acceptance rules of the unified framework (Xia, Ribar & Balanca 2026, arXiv 2607.08690; docs/method.md).
 
 Vocabulary: the drafter proposes *draft* tokens x_1..x_N with processed probabilities q; the verifier's
 processed distribution is p. A draft is *accepted* when u < min(1, π_rej(x)/q(x)); the first rejection
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from relaxtui.checks import BadValue
 from relaxtui.errors import UserError
 from relaxtui.rules.base import Decision, Rule, acceptance_probability, residual
 from relaxtui.rules.cactus import Cactus
@@ -26,7 +27,7 @@ RULES: dict[str, type[Rule]] = {
     cls.name: cls for cls in (Strict, Mentored, Cactus, Ensemble, RFuzzy, CascOpt, CascTok, Contrastive, Typical)
 }
 
-# The paper's grid per rule (SPEC §2), used by benchmarks and `tune`.
+# The paper's grid per rule (docs/method.md), used by benchmarks and `tune`.
 PAPER_GRID: dict[str, tuple[float | None, ...]] = {
     "strict": (None,),
     "mentored": (0.3, 0.7, 0.95),
@@ -42,30 +43,40 @@ PAPER_GRID: dict[str, tuple[float | None, ...]] = {
 
 def split_spec(spec: str, knob: float | None = None) -> tuple[str, float | None]:
     """``NAME`` or ``NAME:KNOB`` (how the eval grid pins a knob, accepted wherever a rule is named) into the rule
-    name and its knob; a knob pinned in the spec and one given apart (``--alpha``) must agree."""
+    name and its knob; a knob pinned in the spec and one given apart (``alpha``) must agree. A refusal names the
+    setting (a BadValue: each face spells it, relaxtui.options)."""
     name, pinned, text = spec.partition(":")
     if not pinned:
         return name, knob
     try:
         value = float(text)
     except ValueError:
-        raise UserError(f"--rule {spec!r}: the knob after ':' must be a number") from None
+        raise BadValue("rule", f"{spec!r}: the knob after ':' must be a number") from None
     if math.isnan(value) or value == math.inf:
-        raise UserError(f"--rule {spec!r}: the knob after ':' must be a number, not {text}")
+        raise BadValue("rule", f"{spec!r}: the knob after ':' must be a number, not {text}")
     if knob is not None and knob != value:
-        raise UserError(f"--rule {spec!r} and --alpha {knob:g} disagree; give the knob once")
+        raise BadValue("alpha", f"{knob:g} and the knob pinned in rule {spec!r} disagree; give the knob once")
     return name, value
 
 
-def make(name: str, knob: float | None = None, *, temperature: float = 1.0) -> Rule:
-    """Build a rule by its CLI name; the knob is validated (range and orientation in the message).
-
-    ``temperature`` is what ``scd`` divides its contrast by; other rules ignore it."""
+def rule_class(name: str) -> type[Rule]:
+    """The rule called ``name``; an unknown name is one line listing the known ones."""
     try:
-        cls = RULES[name]
+        return RULES[name]
     except KeyError:
         raise UserError(f"unknown rule {name!r}; known rules: {', '.join(RULES)}") from None
-    return cls(knob, temperature=temperature)
 
 
-__all__ = ["PAPER_GRID", "RULES", "Decision", "Rule", "acceptance_probability", "make", "residual", "split_spec"]
+def make(name: str, knob: float | None = None, *, temperature: float = 1.0) -> Rule:
+    """Build a rule by its name: the factory every face calls once per request or config. The knob is validated
+    (range and orientation in the message); ``temperature`` is the run's, 0 = greedy, which a rule that cannot run
+    greedy refuses here, the one place that says so (the loop only re-checks it). ``scd`` divides its contrast by
+    the temperature (by 1 at greedy, where p is the T = 1 softmax); other rules ignore it."""
+    cls = rule_class(name)
+    if temperature == 0 and not cls.greedy_ok:
+        raise BadValue("rule", f"{name!r} cannot run greedy (temperature 0); give a temperature above 0")
+    return cls(knob, temperature=temperature or 1.0)
+
+
+__all__ = ["PAPER_GRID", "RULES", "Decision", "Rule", "acceptance_probability", "make", "residual", "rule_class",
+           "split_spec"]

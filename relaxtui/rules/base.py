@@ -14,7 +14,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from relaxtui.errors import NumericsError, UserError
+from relaxtui.checks import BadValue
+from relaxtui.errors import NumericsError
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,10 @@ class Rule:
     # True: reads raw logits over the whole vocabulary (casc-tok, scd), so it always gets whole rows; False: it
     # reads only p and q, and where top-k/top-p bound them gets them on their support (decoding/acceptance.py)
     needs_logits: ClassVar[bool] = False
-    needs_draft_logits: ClassVar[bool] = False  # True: needs the drafter's raw logits (scd): model drafters only
+    # True: reads what only a drafter with a distribution has — its raw logits (scd) or its confidence, max q (casc-opt)
+    # — so a drafter without one (an n-gram draft: q one-hot on its token, docs/method.md "Drafts without a
+    # distribution") is refused; False: the rule reads p, q(x) and the draft's law, which one-hot q gives exactly
+    needs_draft_logits: ClassVar[bool] = False
     # True: may emit a token the processed p gives no mass (a relaxed target mixes in q), so a report of every token's
     # log p(x) needs whole rows (outside p's support is outside the engine's top-k candidates); strict never does
     may_leave_support: ClassVar[bool] = True
@@ -96,7 +100,7 @@ class Rule:
         super().__init_subclass__(**kwargs)
         changes_test = any(name in cls.__dict__ for name in ("evaluate", "targets", "decide"))
         if changes_test and "pointwise" not in cls.__dict__:
-            cls.pointwise = Rule.pointwise  # type: ignore[method-assign]
+            cls.pointwise = Rule.pointwise  # type: ignore[method-assign]  # replacing the inherited one is the point
 
     def __init__(self, knob: float | None = None, *, temperature: float = 1.0) -> None:
         self.knob = self.check_knob(knob)
@@ -104,17 +108,19 @@ class Rule:
 
     @classmethod
     def check_knob(cls, knob: float | None) -> float | None:
-        """Validate the knob; subclasses override ``knob_ok``. Raises UserError with range and orientation."""
+        """Validate the knob; subclasses override ``knob_ok``. Raises a BadValue naming the setting (``alpha``: each
+        face spells it, relaxtui.options) with range and orientation."""
         if cls.knob_name is None:
             if knob is not None:
-                raise UserError(f"rule {cls.name!r} takes no knob (got --alpha {knob:g})")
+                raise BadValue("alpha", f"must not be given: rule {cls.name!r} takes no knob (got {knob:g})")
             return None
         if knob is None:
             if cls.knob_default is None:
-                raise UserError(f"rule {cls.name!r} needs a knob: --alpha {cls.knob_name} ({cls.knob_help})")
+                raise BadValue("alpha", f"is missing: rule {cls.name!r} needs a knob, {cls.knob_name} "
+                                        f"({cls.knob_help})")
             return cls.knob_default
         if not (np.isfinite(knob) or knob == -np.inf) or not cls.knob_ok(knob):
-            raise UserError(f"--alpha {knob:g} is out of range for {cls.name!r}: {cls.knob_name} {cls.knob_help}")
+            raise BadValue("alpha", f"{knob:g} is out of range for {cls.name!r}: {cls.knob_name} {cls.knob_help}")
         return float(knob)
 
     @classmethod

@@ -21,6 +21,7 @@ class Cactus(Rule):
     name = "cactus"
     may_leave_support = False  # γ(0) = 0 and the rest of the target scales p
     knob_name = "delta"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_help = ">= 0; bigger = more relaxed, 0 = strict"
     x_dependent = True
 
@@ -38,5 +39,5 @@ class Cactus(Rule):
         return target, target, {"gamma": gamma}
 
     def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]]:
-        gamma = boosted_mass(p_x, self.knob)  # type: ignore[arg-type]
+        gamma = boosted_mass(p_x, self.knob)
         return gamma, (("gamma", gamma),)

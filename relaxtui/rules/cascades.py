@@ -21,7 +21,11 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> float:
 class CascOpt(Rule):
     name = "casc-opt"
     knob_name = "alpha"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_help = "any real; bigger = more relaxed, -inf = strict"
+    # its deferral compares the drafter's confidence max q with the verifier's: a one-hot q (a draft without a
+    # distribution) claims confidence 1 and, at every α >= 0, is trusted on every token, p(x) = 0 included
+    needs_draft_logits = True
 
     def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
                  logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
@@ -34,6 +38,7 @@ class CascOpt(Rule):
 class CascTok(Rule):
     name = "casc-tok"
     knob_name = "alpha"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_help = "<= 1; bigger = more relaxed, 1 = always the drafter, -inf = strict (0 is not strict)"
     needs_logits = True
 

@@ -13,6 +13,7 @@ from relaxtui.rules.base import Rule
 class Ensemble(Rule):
     name = "ensemble"
     knob_name = "w"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_help = "in [0, 1], the verifier weight; smaller = more relaxed, 1 = strict, 0 = always accept"
 
     @classmethod
@@ -25,4 +26,4 @@ class Ensemble(Rule):
         return mixture, mixture, {}
 
     def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]]:
-        return self.knob * p_x + (1.0 - self.knob) * q_x, ()  # type: ignore[operator]
+        return self.knob * p_x + (1.0 - self.knob) * q_x, ()

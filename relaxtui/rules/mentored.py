@@ -15,6 +15,7 @@ class Mentored(Rule):
     name = "mentored"
     may_leave_support = False  # π_rej = min(p / (1 - α), 1): zero where p is
     knob_name = "alpha"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_help = "in [0, 1); bigger = more relaxed, 0 = strict"
 
     @classmethod
@@ -26,4 +27,4 @@ class Mentored(Rule):
         return np.minimum(p / (1.0 - self.knob), 1.0), p, {}
 
     def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]]:
-        return min(p_x / (1.0 - self.knob), 1.0), ()  # type: ignore[operator]
+        return min(p_x / (1.0 - self.knob), 1.0), ()

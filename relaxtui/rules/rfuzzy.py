@@ -39,6 +39,7 @@ def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
 class RFuzzy(Rule):
     name = "rfuzzy"
     knob_name = "T"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_help = "a JS threshold in nats (JS <= ln 2); bigger = more relaxed, < 0 = strict"
     greedy_ok = False
 

@@ -16,6 +16,7 @@ from relaxtui.rules.base import Rule
 class Contrastive(Rule):
     name = "scd"
     knob_name = "beta"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_help = ">= 0; bigger = further from the verifier (usually lower acceptance), 0 = strict"
     greedy_ok = False
     needs_logits = True

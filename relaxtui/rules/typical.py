@@ -20,6 +20,7 @@ class Typical(Rule):
     name = "typical"
     may_leave_support = False  # accepts only p(x) above a threshold >= 0, resamples p
     knob_name = "epsilon"
+    knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
     knob_default = 0.09
     knob_help = "in (0, 1), default 0.09; bigger = stricter (delta = sqrt(epsilon))"
     subtract_draft = False

@@ -1,0 +1,173 @@
+"""llama.cpp's ``ngram-mod`` (common/ngram-mod.cpp, PR 19164): a hash table from n-gram to the token that
+followed it, kept across requests and shared by every sequence, drafting by chaining lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from relaxtui.decoding.drafting import DrafterTraits
+from relaxtui.decoding.ngram_index import LCG, NgramBase, SeqTokens, gram_hash, hash_windows, roll, sizes
+from relaxtui.errors import UserError
+
+EMPTY = -1
+RESET_OCCUPANCY = 0.25  # a table fuller than this once a request is in is cleared (llama.cpp's f_thold)
+LOW_ACCEPTANCE, LOW_STREAK = 0.25, 5  # this many rounds in a row keeping under this fraction clear it too
+
+
+class ModTable:
+    """``size`` slots of one token each (int32: 4 bytes a slot, allocated once). Slot ``hash(n-gram) % size`` holds
+    the token that last followed an n-gram hashing there: a newer n-gram overwrites an older one that collides, and
+    a lookup does not check the key (a collision drafts a wrong token, which the verifier rejects)."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.n, self.size = n, size
+        self.entries = np.full(size, EMPTY, dtype=np.int32)
+        self.used = 0
+        self.top = pow(LCG, n - 1, 1 << 64)
+
+    def add(self, tokens: Sequence[int], start: int, end: int) -> None:
+        """Record the token after each n-gram starting at ``start..end-1`` (in order: the newest wins a slot)."""
+        hashes = hash_windows(tokens, start, end, self.n)
+        nexts = tokens[start + self.n:end + self.n]
+        entries, size = self.entries, self.size
+        if len(hashes) < 64:
+            for h, token in zip(hashes, nexts, strict=True):
+                slot = h % size
+                if entries[slot] == EMPTY:
+                    self.used += 1
+                entries[slot] = token
+            return
+        slots = np.array(hashes, dtype=np.uint64) % np.uint64(size)
+        last, first = np.unique(slots[::-1], return_index=True)  # each slot's newest write
+        values = np.asarray(nexts, dtype=np.int32)[::-1][first]
+        self.used += int(np.count_nonzero(entries[last] == EMPTY))
+        entries[last] = values
+
+    def chain(self, key: Sequence[int], n_max: int, n_min: int, first: dict[int, int]) -> list[int]:
+        """Follow ``first`` (exact, by hash), else the table, from ``key`` (n tokens) for up to ``n_max`` tokens;
+        nothing when the chain stops before ``n_min``."""
+        window = list(key)
+        h = gram_hash(window)
+        out: list[int] = []
+        for i in range(n_max):
+            token = first.get(h)
+            if token is None:
+                token = int(self.entries[h % self.size])
+            if token == EMPTY:
+                return out if i >= n_min else []
+            out.append(token)
+            window.append(token)
+            h = roll(h, window[i], token, self.top)
+        return out
+
+    @property
+    def occupancy(self) -> float:
+        return self.used / self.size
+
+    def reset(self) -> None:
+        self.entries.fill(EMPTY)
+        self.used = 0
+
+
+class ModState(SeqTokens):
+    """A sequence's own n-grams (hash -> the token that last followed it in its context, exactly), looked up before
+    the shared table; the last draft's length and the streak of low-acceptance rounds (llama.cpp's
+    ``seq_info``). Bounded by the sequence's length."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.own: dict[int, int] = {}
+        self.indexed = 0  # n-grams starting before this are in ``own``
+        self.prompt_len = 0
+        self.drafted = 0
+        self.low = 0
+
+    def extend(self, new: list[int]) -> None:
+        super().extend(new)
+        end = len(self.tokens) - self.n  # every n-gram whose next token the sequence holds
+        if end > self.indexed:
+            hashes = hash_windows(self.tokens, self.indexed, end, self.n)
+            self.own.update(zip(hashes, self.tokens[self.indexed + self.n:end + self.n], strict=True))
+            self.indexed = end
+
+    def truncate(self, keep: int) -> None:
+        """Rebuilt from the kept tokens (a dict that keeps the newest cannot take one back)."""
+        kept = self.tokens[:keep]
+        super().truncate(0)
+        self.own.clear()
+        self.indexed = 0
+        self.extend(kept)
+
+
+class NgramModDrafter(NgramBase):
+    """``ngram-mod``: the key is the context's last ``size_n`` tokens (llama.cpp's ``n_match``); the draft chains
+    lookups, up to ``size_m`` tokens (``n_max``), and is dropped when the chain breaks before ``n_min`` tokens. A
+    lookup reads the sequence's own n-grams first, then the shared table. Keeps: per sequence, its own n-grams
+    (bounded by its length, to ``release``); per drafter, one table of ``slots`` tokens fed with each request's
+    prompt and output when it finishes. Eviction: the table's memory is fixed (``slots`` × 4 bytes); a colliding
+    n-gram overwrites the slot; the whole table is cleared when more than a quarter of it is used after adding a
+    request, and when a sequence keeps under a quarter of its drafts 5 rounds in a row. Unlike llama.cpp, whose one
+    table also takes each running context as it grows (in chunks of 32 tokens), a sequence's drafts never depend on
+    the sequences running beside it, only on its own context and on requests that finished; and acceptance is
+    measured against the draft as proposed (cut to the round's N), not the chain before the cut."""
+
+    traits = DrafterTraits("ngram-mod", has_distribution=False)
+    DEFAULTS, DEFAULT_MIN = (24, 64), 48  # llama.cpp's n_match, n_max; n_min
+    DEFAULT_SLOTS = 1 << 22  # llama.cpp's 4 Mi entries (16 MiB)
+
+    def __init__(self, size_n: int | None = None, size_m: int | None = None, *, n_min: int | None = None,
+                 slots: int | None = None) -> None:
+        super().__init__()
+        self.size_n, self.size_m = sizes(self.traits.kind, size_n, size_m, self.DEFAULTS)
+        self.n_min = self.DEFAULT_MIN if n_min is None else n_min
+        slots = self.DEFAULT_SLOTS if slots is None else slots
+        if not 0 <= self.n_min <= self.size_m or slots < 1:
+            raise UserError(f"the ngram-mod drafter needs 0 <= n_min <= n_max and slots >= 1 (got n_min = "
+                            f"{self.n_min}, n_max = {self.size_m}, slots = {slots})")
+        self.table = ModTable(self.size_n, slots)
+
+    def new_state(self) -> SeqTokens:
+        return ModState(self.size_n)
+
+    def begin(self, seq: int, prompt: Sequence[int], **_: object) -> bool:
+        state = self.state(seq)
+        assert isinstance(state, ModState)
+        state.sync(prompt)
+        state.prompt_len = len(prompt)
+        return True
+
+    def propose(self, state: SeqTokens, n: int) -> list[int]:
+        assert isinstance(state, ModState)
+        tokens = state.tokens
+        state.drafted = 0
+        if len(tokens) - 1 < self.size_n:
+            return []
+        limit = min(self.size_m, max(self.n_min, n))  # past this the answer is the same
+        draft = self.table.chain(tokens[len(tokens) - self.size_n:], limit, self.n_min, state.own)[:n]
+        state.drafted = len(draft)
+        return draft
+
+    def accept(self, seq: int, n_accepted: int) -> None:
+        state = self.seqs.get(seq)
+        if not isinstance(state, ModState) or state.drafted == 0:
+            return
+        drafted, state.drafted = state.drafted, 0  # a round that did not draft is not counted
+        if n_accepted / drafted < LOW_ACCEPTANCE:
+            state.low += 1
+            if state.low >= LOW_STREAK:
+                self.table.reset()
+                state.low = 0
+        else:
+            state.low = 0
+
+    def finished(self, seq: int, output: Sequence[int]) -> None:
+        """The request's prompt and output go into the shared table (the next requests can draft them)."""
+        state = self.seqs.get(seq)
+        lead = state.tokens[:state.prompt_len] if isinstance(state, ModState) else []
+        tokens = [*lead, *(int(t) for t in output)]
+        self.table.add(tokens, 0, len(tokens) - self.size_n)
+        if self.table.occupancy > RESET_OCCUPANCY:
+            self.table.reset()
