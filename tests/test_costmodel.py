@@ -15,14 +15,15 @@ from relaxtui.costmodel.auto import (
     predicted_speedup,
 )
 from relaxtui.costmodel.calibrate import LoopCosts, calibrate
-from relaxtui.costmodel.profiles import SHIPPED, CostProfile, load_profile, priced_ms, proxy_speedup
+from relaxtui.costmodel.pricing import Rounds, break_even, priced_ms, priced_speedup
+from relaxtui.costmodel.profiles import SHIPPED, CostProfile, load_profile
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
 from tests.conftest import fake, random_table
 
-# -- cost profiles and the proxy speed-up (SPEC §3) ---------------------------------------------------------------
+# -- cost profiles and the proxy speed-up (docs/metrics.md) ------------------------------------------------------
 UNIT = CostProfile("unit", "test", "v", "d", verifier_ar_ms=10.0, drafter_ms=2.0, verify_ms={1: 10.0, 2: 14.0, 4: 20.0})
 
 
@@ -30,8 +31,10 @@ def test_proxy_speedup_by_hand_with_a_varying_draft_length():
     # rounds of 3, 1, 0 and 3 drafts: verify blocks k = 4, 2, 1, 4 (t_V(1) = t_AR); 9 output tokens
     lengths = [3, 1, 0, 3]
     cost = (20 + 3 * 2) + (14 + 1 * 2) + 10 + (20 + 3 * 2)
-    assert priced_ms(UNIT, lengths) == pytest.approx(cost)
-    assert proxy_speedup(UNIT, 9, lengths) == pytest.approx(9 * 10 / cost)
+    assert priced_ms(UNIT, Rounds.of(lengths, 0)) == pytest.approx(cost)
+    assert priced_speedup(UNIT, Rounds.of(lengths, 9)) == pytest.approx(9 * 10 / cost)
+    # ended on an end-of-generation token: its round is paid, and the verifier alone pays one step for it too
+    assert priced_speedup(UNIT, Rounds.of(lengths, 9, end_tokens=1)) == pytest.approx(10 * 10 / cost)
 
 
 def test_verify_cost_between_measured_points_is_interpolated_and_past_them_refused():
@@ -48,7 +51,7 @@ def test_optimistic_pricing_on_a_constructed_record():
     optimistic = SHIPPED["paper-gb200-optimistic"]
     record = {"output_tokens": 40, "draft_lengths": [5, 5, 5, 5, 5, 5, 5, 5, 3, 0]}
     cost = 8 * (12.448 + 5 * 3.929) + (12.448 + 3 * 3.929) + 12.448
-    assert proxy_speedup(optimistic, record["output_tokens"], record["draft_lengths"]) == \
+    assert priced_speedup(optimistic, Rounds.of(record["draft_lengths"], record["output_tokens"])) == \
         pytest.approx(40 * 12.448 / cost)
     # the measured-pricing twin charges the verify block instead (30.448 ms at k=6)
     assert SHIPPED["paper-gb200"].round_cost_ms(5) == pytest.approx(30.448 + 5 * 3.929)
@@ -59,11 +62,12 @@ def test_extra_costs_of_a_measured_profile_are_priced():
                           emit_ms=0.5)
     # two rounds of 1 draft (one fully accepted), 3 tokens, one extra drafter step
     cost = 2 * (14 + 2 + 1) + 3.0 + 3 * 0.5 + 2.0
-    assert priced_ms(profile, [1, 1], extra_draft_steps=1, full_rounds=1, output_tokens=3) == pytest.approx(cost)
-    assert proxy_speedup(profile, 3, [1, 1], extra_draft_steps=1, full_rounds=1) == pytest.approx(3 * 10.5 / cost)
-    # break-even: (14 + 2 + 1) + L·0.5 = L·(10 + 0.5), so L = 17 / 10, and there the proxy speed-up is exactly 1
-    assert profile.break_even_length(1) == pytest.approx(17 / 10)
-    length = profile.break_even_length(1)
+    rounds = Rounds.of([1, 1], 3, extra_draft_steps=1, full_rounds=1)
+    assert priced_ms(profile, rounds) == pytest.approx(cost)
+    assert priced_speedup(profile, rounds) == pytest.approx(3 * 10.5 / cost)
+    # break-even: (14 + 2 + 1) + L·0.5 = L·(10 + 0.5), so L = 17 / 10, and there the priced speed-up is exactly 1
+    assert break_even(profile, 1).length == pytest.approx(17 / 10)
+    length = break_even(profile, 1).steps
     assert length * 10.5 / (17 + length * 0.5) == pytest.approx(1.0)
 
 
@@ -125,7 +129,8 @@ def test_auto_picks_zero_where_nothing_pays_and_the_best_n_where_one_does():
     steep = cpu_like(c_rel=0.4, verify_slope=0.8)  # a 2-core CPU: verification compute-bound
     choice = choose_draft_length(steep, [0.8] * 8, 6)
     assert choice.draft_max == 0 and all(choice.predicted[n] < 1 for n in range(1, 7))
-    assert "predicted slower" in choice.line() and "break even" in choice.line()
+    # a round of 1 draft costs 1 + 0.8 + 0.4 = 2.2 steps, more than the 2 tokens it can yield: no rate pays
+    assert "predicted slower" in choice.line() and "no acceptance rate makes N=1 pay" in choice.line()
     flat = cpu_like(c_rel=0.05, verify_slope=0.02)  # a GPU: verify block nearly free
     choice = choose_draft_length(flat, [0.9] * 8, 6)
     expected = {n: (1 + expected_accepted([0.9] * 8, n)[0]) / (1 + 0.02 * n + 0.05 * n) for n in range(1, 7)}
@@ -133,7 +138,7 @@ def test_auto_picks_zero_where_nothing_pays_and_the_best_n_where_one_does():
     assert choice.draft_max == best > 0
     assert choice.predicted[best] == pytest.approx(expected[best])
     assert predicted_speedup(flat, [0.9] * 8, best) == pytest.approx(expected[best])
-    assert break_even_length(flat, 2) == pytest.approx(1 + 0.04 + 0.1)
+    assert break_even_length(flat, 2).length == pytest.approx(1 + 0.04 + 0.1)
 
 
 def test_calibration_on_fake_models_fills_every_cost():
@@ -142,9 +147,12 @@ def test_calibration_on_fake_models_fills_every_cost():
                       context=[0, 1, 2, 3, 4, 5, 0, 1])
     assert len(costs.verify_s) == 4 and len(costs.draft_s) == 3
     assert all(t > 0 for t in (*costs.verify_s, *costs.draft_s, costs.verifier_decode_s, costs.drafter_decode_s))
-    assert costs.round_s(2) == costs.verify_s[2] + costs.draft_s[1]
-    assert costs.round_s(6) > costs.round_s(3)  # past the calibrated sizes: the curves continue
-    assert verifier.n_past == 0 and draft.model.n_past == 0  # caches left empty for the next generation
+    profile = costs.profile(blocks=7)  # what every face prices with (`pricing`)
+    assert profile.round_cost_ms(2) > 1e3 * costs.verify_s[2] and profile.verify_cost_ms(3) == 1e3 * costs.verify_s[2]
+    assert profile.round_cost_ms(6) > profile.round_cost_ms(3)  # past the calibrated sizes: the curves continue
+    with pytest.raises(UserError, match="no verify cost for a block of k=7"):
+        costs.profile().round_cost_ms(6)  # unless asked for, a profile prices only what was calibrated
+    assert len(verifier.tokens_of(0)) == 0 and len(draft.model.tokens_of(0)) == 0  # caches left empty
 
 
 @pytest.mark.model
@@ -160,7 +168,8 @@ def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path
     assert sorted(profile.verify_ms) == [1, 2, 3] and profile.verifier_ar_ms > 0 and profile.drafter_ms >= 0
     for run in result["runs"]:
         assert set(run["proxy_speedup"]) == {"paper-gb200", "memory-bound:0.2"}
-        assert run["predicted_speedup"] > 0 and run["break_even_length"] > 1
+        assert run["predicted_speedup"] > 0 and run["break_even_steps"] > 1
+        assert run["break_even_length"] is None or run["break_even_length"] == run["break_even_steps"] < run["n"] + 1
     assert result["c_rel"] > 0 and len(result["v"]) == 3 and result["v"][0] == 1.0
     assert result["baseline_tokens_per_s"] > 0 and result["peak_rss_mb"] > 0
     assert [run["n"] for run in result["runs"]] == [1, 2]
@@ -205,14 +214,17 @@ def test_bench_says_when_speculation_is_slower_or_when_measurement_and_model_dis
     from relaxtui.commands.bench import slower_line
     from relaxtui.costmodel.bench import BenchResult, BenchRun
 
-    def result(measured: float, predicted: float) -> BenchResult:
-        run = BenchRun(3, 10.0, measured, predicted, 0.8, 3.2, 4.1, 0.02, 100, best=True)
+    def result(measured: float, predicted: float, break_even: float = 3.9) -> BenchResult:
+        run = BenchRun(3, 10.0, measured, predicted, 0.8, 3.2, break_even, 0.02, 100, best=True)
         return BenchResult(0.05, 0.02, 0.4, [1.0], {}, 10.0, 0.02, [run], 100.0, "model")
 
     assert slower_line(result(1.2, 1.1)) is None
     slower = slower_line(result(0.8, 0.82))
     assert slower.startswith("speculation is slower than the verifier alone here: best N=3 wall-clock 0.80x")
-    assert "mean accepted length of 4.10 to break even (it reached 3.20)" in slower
+    assert "mean accepted length of 3.90 to break even (it reached 3.20)" in slower
+    # past N + 1 = 4 no acceptance rate can reach it: the sentence says so instead of naming a target
+    never = slower_line(result(0.8, 0.82, break_even=5.64))
+    assert "no acceptance rate makes N=3 pay on this machine" in never and "5.64 to break even" not in never
     assert slower_line(result(1.3, 0.8)).startswith("wall-clock and predicted disagree: best N=3 wall-clock 1.30x")
 
 
@@ -229,6 +241,6 @@ def test_quantise_a_small_model_and_load_it(tmp_path, capsys, test_model_path):
     assert main(["models", "quantize", str(test_model_path), str(target), "--type", "q8_0"]) == 0
     with LlamaModel(target, n_ctx=128) as model:
         assert model.header.quantisation == "Q8_0"
-        logits = model.decode(model.tokenize("Hello"), logits_rows=[-1])
+        logits = model.decode(0, model.tokenize("Hello"), logits_rows=[-1])
         assert logits.shape == (1, model.n_vocab)
     assert not list(tmp_path.glob("*.partial"))

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from relaxtui.cli import main
-from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import UserError
 from relaxtui.evals.degeneracy import is_degenerate
 from relaxtui.evals.identity import RunIdentity

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.engine.capacity import capacity, check_parallel, kv_bytes_per_token
+from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import UserError
 from relaxtui.evals.executors import ParallelExecutor
 from relaxtui.evals.identity import RunIdentity

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
+from relaxtui.costmodel.pricing import Rounds, break_even, priced_speedup
 from relaxtui.costmodel.profiles import (
     MAX_BLOCK,
     MAX_PROFILE_BYTES,
@@ -28,7 +29,6 @@ from relaxtui.costmodel.profiles import (
     CostProfile,
     from_dict,
     load_profile,
-    proxy_speedup,
 )
 from relaxtui.errors import UserError
 
@@ -83,8 +83,9 @@ def check_prices(profile: CostProfile) -> None:
     for drafts in range(0, min(top, 64)):
         cost = profile.round_cost_ms(drafts)
         assert math.isfinite(cost) and cost > 0
-        assert math.isfinite(profile.break_even_length(drafts))
-        assert math.isfinite(proxy_speedup(profile, 1000, [drafts] * 100, extra_draft_steps=3, full_rounds=2))
+        assert math.isfinite(break_even(profile, drafts).steps)
+        assert math.isfinite(priced_speedup(profile, Rounds.of([drafts] * 100, 1000, extra_draft_steps=3,
+                                                               full_rounds=2, end_tokens=1)))
     assert load_profile_text(profile.to_json()) == profile  # what it saves, it reads back
 
 

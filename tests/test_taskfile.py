@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relaxtui.cli import main
-from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.results import ResultsStore
@@ -164,6 +164,28 @@ def test_tasks_check_renders_scores_the_gold_and_lists_failing_rows(capsys, tmp_
     assert "gold answers: 0/3 score correct" in out and "rows failing validation: 4" in out
     assert "rows.jsonl:3: missing field(s) capital" in out and "row 'de': its gold answer does not score" in out
     assert main(["tasks", "check", "nope.toml"]) == 2
+
+
+def test_a_regex_miss_shows_the_reply_tried_and_points_at_answer_example(capsys, tmp_path):
+    """The issue: "(read 'None'; no answer found)" said neither what was tried nor what to change."""
+    regex = BASIC.replace('kind = "exact"', 'kind = "regex"\npattern = \'ANSWER: (\\w+)\'')
+    assert main(["tasks", "check", str(write_task(tmp_path, regex)), "--show", "0"]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "row 'fr'" in line)
+    assert line.strip() == ("row 'fr': its gold answer does not score correct: kind 'regex' found no answer in the "
+                            "reply tried, 'Paris' (the gold written out, as no [answer] example is set); set [answer] "
+                            "example to a reply in your model's format, with {gold} for the gold "
+                            "(docs/taskfiles.md#answer)")
+    assert "None" not in out
+    long_example = "x" * 100 + " {gold}"
+    wrong = regex.replace('gold = "capital"', f'gold = "capital"\nexample = "{long_example}"')
+    assert main(["tasks", "check", str(write_task(tmp_path, wrong)), "--show", "0"]) == 1
+    line = next(line for line in capsys.readouterr().out.splitlines() if "row 'jp'" in line)
+    assert f"reply tried, {'x' * 80!r}… (26 more characters) ([answer] example); make [answer] example" in line
+    read = BASIC.replace('gold = "capital"', 'gold = "capital"\nexample = "Rome"')  # read, but not the gold
+    assert main(["tasks", "check", str(write_task(tmp_path, read)), "--show", "0"]) == 1
+    assert "kind 'exact' read 'Rome' in the reply tried, 'Rome' ([answer] example)" in capsys.readouterr().out
+    assert "\n### `[answer]`\n" in (REPO / "docs/taskfiles.md").read_text()  # the section #answer points at
 
 
 def test_the_shipped_task_files_check_clean(capsys):

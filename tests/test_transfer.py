@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from relaxtui.cli import main
-from relaxtui.decoding.backend import FakeBackend
 from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.engine.fake import FakeBackend
 from relaxtui.evals.report import ConfigSummary
 from relaxtui.evals.stats import paired_difference
 from relaxtui.evals.transfer import carry_lines, carry_over

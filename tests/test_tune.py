@@ -6,8 +6,9 @@ import pytest
 
 from relaxtui.cli import main
 from relaxtui.costmodel.profiles import CostProfile
-from relaxtui.evals.report import ConfigSummary
-from relaxtui.evals.stats import paired_difference
+from relaxtui.evals.report import ConfigSummary, columns, profile_names, row
+from relaxtui.evals.stats import newcombe_interval, paired_proportion_difference
+from relaxtui.evals.transfer import carry_over
 from relaxtui.evals.tune import recommend
 
 PROFILE = CostProfile("unit", "", "", "", 10.0, 1.0, {1: 10.0, 4: 12.0})
@@ -22,7 +23,7 @@ def summary(label, rule, speed, accuracy, *, problems=400, losses=0, wins=0, kno
         mine[(f"p{i}", 0)] = 1.0
     for i in range(wins, wins + losses):
         scores[(f"p{i}", 0)] = 1.0
-    delta = None if rule is None else paired_difference(mine, scores)
+    delta = None if rule is None else paired_proportion_difference(mine, scores)
     reference = None if rule is None else ("no-spec" if rule == "strict" else f"strict N={n}")
     return ConfigSummary(label, rule, knob, n, problems, problems, accuracy, 0.05, 300.0, 0.0, 0.0, 0.8, 3.0,
                          10.0 * speed, proxy={"unit": speed}, reference=reference, delta=delta)
@@ -56,8 +57,11 @@ def test_a_close_but_wide_interval_says_how_many_problems_would_resolve_it():
     advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
     assert advice.relaxed_winners == []
     (item,) = advice.unresolved
-    # Δ = 0 with sd sqrt(6/39): the lower bound clears -2 points at n where 1.96·sd/sqrt(n) <= 0.02
-    assert 1400 < item.problems_needed < 1600
+    # Δ = 0 on 3 wins and 3 losses in 40: Newcombe's lower bound, at these proportions, first clears -2 points at n
+    cells = summaries[2].delta.cells
+    needed = item.problems_needed
+    assert newcombe_interval(cells.scaled(needed))[1] >= -0.02 > newcombe_interval(cells.scaled(needed - 1))[1]
+    assert 1400 < needed < 1600
     assert f"about {item.problems_needed - 40} more problems ({item.problems_needed} in all)" in "\n".join(
         advice.lines())
 
@@ -94,6 +98,63 @@ def test_without_a_profile_speed_is_the_wall_clock_one():
              ConfigSummary("strict N=3", "strict", None, 3, 5, 5, 0.5, 0.1, 1, 0, 0, 0.8, 3, 12.0)]
     advice = recommend(plain, max_drop=1.0)
     assert advice.basis.startswith("wall-clock") and advice.best_strict is None  # no wall-clock speed-up to rank
+
+
+
+def _table_cell(summaries, label, column):
+    """The cell the eval table shows for ``label`` under ``column``."""
+    names = profile_names(summaries)
+    line = next(row(s, names) for s in summaries if s.label == label)
+    return line[columns(names).index(column)]
+
+
+def test_advice_prints_the_tables_numbers_n_a_included():
+    """The issue's run: 4 problems, one win. The table showed n/a while the advice printed +25.0 [-54.5, +104.6]."""
+    few = [summary("no-spec", None, 1.0, 0.5, problems=4), summary("strict N=3", "strict", 1.2, 0.5, problems=4),
+           summary("cactus(1) N=3", "cactus", 1.4, 0.75, problems=4, knob=1.0, wins=1)]
+    cell = _table_cell(few, "cactus(1) N=3", "Δacc vs ref [paired 95%]")
+    text = "\n".join(recommend(few, max_drop=2.0, profile=PROFILE, task_size=8).lines())
+    assert cell == "+25.0 [n/a]" and "Δ vs strict N=3 +25.0 [n/a] on 4 pairs" in text
+    assert f"{_table_cell(few, 'cactus(1) N=3', 'priced unit')} priced unit" in text  # the same speed text too
+    assert "104.6" not in text and "unresolved: cactus(1) N=3" in text  # 4 problems never resolve
+    # enough problems for an interval: the advice's bounds are the table's, inside ±100 points
+    many = [summary("no-spec", None, 1.0, 0.5, problems=12), summary("strict N=3", "strict", 1.2, 0.5, problems=12),
+            summary("cactus(1) N=3", "cactus", 1.4, 0.75, problems=12, knob=1.0, wins=3)]
+    cell = _table_cell(many, "cactus(1) N=3", "Δacc vs ref [paired 95%]")
+    low, high = (float(x) for x in cell.split("[")[1].rstrip("]").split(","))
+    assert "n/a" not in cell and -100 <= low < 25.0 < high <= 100
+    assert f"Δ vs strict N=3 {cell} on 12 pairs" in "\n".join(recommend(many, max_drop=2.0, profile=PROFILE).lines())
+
+
+def test_a_setting_below_1x_is_never_called_faster():
+    """Strict at 0.40x and a relaxed setting at 0.44x: it beats strict, but speculation still does not pay."""
+    summaries = [summary("no-spec", None, 1.0, 0.5), summary("strict N=3", "strict", 0.40, 0.5),
+                 summary("cactus(1) N=3", "cactus", 0.44, 0.5, knob=1.0)]
+    advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
+    assert advice.relaxed_winners == [] and advice.unresolved == []
+    lines = advice.lines()
+    assert lines[1].startswith("1. speculation does not pay here")
+    assert lines[2] == ("2. no relaxed setting pays either: cactus(1) N=3 (0.440x priced unit) beat strict but not "
+                        "the verifier alone (1.0x)")
+    assert not any("is faster" in line for line in lines)
+    # above 1.0x and above strict: that one is faster, and judged
+    quick = [*summaries[:2], summary("cactus(1) N=3", "cactus", 1.05, 0.5, knob=1.0)]
+    assert [s.label for s in recommend(quick, max_drop=2.0, profile=PROFILE).relaxed_winners] == ["cactus(1) N=3"]
+
+
+def test_check_never_asks_for_more_problems_than_the_task_has():
+    """`tune --check` on an 8-row task said "about 92 problems in all would settle"."""
+    strict = summary("strict N=3", "strict", 1.2, 0.5, problems=8)
+    relaxed = summary("cactus(1) N=3", "cactus", 1.4, 0.5, problems=8, knob=1.0, wins=1, losses=1)
+    bounded = carry_over("walk", [strict, relaxed], relaxed, max_drop=5, max_drift=None, profile="unit", task_size=8)
+    assert bounded.verdict == "unresolved"
+    assert "the whole task (8 problems) would not settle --max-drop 5 at this estimate" in bounded.reasons[0]
+    unbounded = carry_over("walk", [strict, relaxed], relaxed, max_drop=5, max_drift=None, profile="unit")
+    assert "problems in all would settle --max-drop 5" in unbounded.reasons[0]
+    slower = summary("cactus(1) N=3", "cactus", 0.9, 0.5, problems=8, knob=1.0)
+    weak = summary("strict N=3", "strict", 0.8, 0.5, problems=8)
+    assert carry_over("walk", [weak, slower], slower, max_drop=5, max_drift=None, profile="unit").reasons[-1] == (
+        "not faster than the verifier alone (1.0x) here: 0.90x vs strict 0.80x (priced unit)")
 
 
 @pytest.mark.model

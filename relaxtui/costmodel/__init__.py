@@ -1,1 +1,1 @@
-"""Cost model: measured step times, c_rel, v(k), and the SPEC §3 speed-up model."""
+"""Cost model: measured step times, c_rel, v(k), and the docs/metrics.md speed-up model."""

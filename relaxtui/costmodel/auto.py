@@ -9,11 +9,13 @@ N = 0 (no speculation) wins whenever nothing is predicted faster than the verifi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relaxtui.costmodel.calibrate import LoopCosts
+from relaxtui.costmodel.pricing import BreakEven, Rounds, break_even, priced_speedup
+from relaxtui.costmodel.profiles import THIS_MACHINE
+from relaxtui.display import priced_label
 
 MIN_REACHED = 8  # a position reached fewer times than this borrows the overall acceptance rate
 
@@ -42,19 +44,15 @@ def expected_accepted(rates: Sequence[float], n: int) -> tuple[float, float]:
 
 
 def predicted_speedup(costs: LoopCosts, rates: Sequence[float], n: int) -> float:
-    """Tokens per second at draft length n over the verifier alone's, from calibrated costs."""
-    if n == 0:
-        return 1.0
+    """Tokens per second at draft length n over the verifier alone's: one expected round priced by this machine's
+    profile (`pricing`, as every face prices)."""
     expected, full = expected_accepted(rates, n)
-    tokens = 1.0 + expected
-    round_s = costs.round_s(n) + full * costs.resync_extra_s + tokens * costs.emit_s
-    return tokens * costs.ar_step_s / round_s
+    return priced_speedup(costs.profile(blocks=n + 1), Rounds({n: 1.0}, 1.0 + expected, full_rounds=full))
 
 
-def break_even_length(costs: LoopCosts, n: int) -> float:
-    """Mean accepted length (tokens per round) that draft length n needs to match the verifier alone here."""
-    # a round of L tokens costs round_s + L·emit, the verifier alone L·(verify_1 + emit): emission cancels
-    return costs.round_s(n) / costs.verify_s[0]
+def break_even_length(costs: LoopCosts, n: int) -> BreakEven:
+    """The mean accepted length draft length n needs to match the verifier alone here (`pricing.break_even`)."""
+    return break_even(costs.profile(blocks=n + 1), n)
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class AutoChoice:
     draft_max: int
     predicted: dict[int, float]  # N -> predicted speed-up
     rates: tuple[float, ...]
-    break_even: dict[int, float]  # N -> mean accepted length needed
+    break_even: dict[int, BreakEven]  # N -> the mean accepted length needed (or that none pays)
     unstable_reason: str | None = None  # the calibration's timings stayed implausible: the choice is uncertain
 
     @property
@@ -79,10 +77,9 @@ class AutoChoice:
         expected = 1 + expected_accepted(self.rates, n)[0]
         if self.draft_max == 0:
             return (f"--draft-max auto: 0 (verifier alone): speculation is predicted slower here — best N={n} "
-                    f"{self.predicted[n]:.2f}x, it would need a mean accepted length of {self.break_even[n]:.2f} to "
-                    f"break even and the estimate is {expected:.2f}")
+                    f"{self.predicted[n]:.2f}x; {self.break_even[n].need()} (the estimate is {expected:.2f})")
         return (f"--draft-max auto: N={n}, predicted {self.predicted[n]:.2f}x the verifier alone (mean accepted "
-                f"length {expected:.2f}, break-even {self.break_even[n]:.2f})")
+                f"length {expected:.2f}, break-even {self.break_even[n].steps:.2f})")
 
 
 def choose_draft_length(costs: LoopCosts, rates: Sequence[float], n_max: int | None = None) -> AutoChoice:
@@ -95,22 +92,14 @@ def choose_draft_length(costs: LoopCosts, rates: Sequence[float], n_max: int | N
                       None if costs.stable else costs.unstable_reason or "spread too wide")
 
 
-def priced_speedup(costs: LoopCosts, draft_lengths: Sequence[int], full_rounds: int, output_tokens: int) -> float:
-    """A generation's own rounds priced by the calibrated costs, against the verifier alone writing as many."""
-    seconds = (sum(costs.round_s(k) for k in draft_lengths) + full_rounds * costs.resync_extra_s
-               + output_tokens * costs.emit_s)
-    return output_tokens * costs.ar_step_s / seconds if seconds > 0 else math.inf
-
-
-def slower_line(costs: LoopCosts, n: int, mean_accepted_length: float, draft_lengths: Sequence[int],
-                full_rounds: int, output_tokens: int) -> str | None:
-    """One line when a finished generation at draft length n is predicted slower than the verifier alone
-    here (its own rounds priced by the calibrated costs); None when it is faster."""
-    if n == 0 or not draft_lengths or output_tokens == 0:
+def slower_line(costs: LoopCosts, n: int, mean_accepted_length: float, rounds: Rounds) -> str | None:
+    """One line when a finished generation at draft length n was slower than the verifier alone here, its own
+    rounds priced by this machine's profile (a price, not a prediction: ``display.PRICED``); None when faster."""
+    if n == 0 or not rounds.rounds or rounds.output_tokens == 0:
         return None
-    speedup = priced_speedup(costs, draft_lengths, full_rounds, output_tokens)
+    profile = costs.profile(blocks=max([n, *rounds.by_length]) + 1)
+    speedup = priced_speedup(profile, rounds)
     if speedup >= 1.0:
         return None
-    return (f"speculation is predicted slower than the verifier alone here ({speedup:.2f}x): at N={n} it would need a "
-            f"mean accepted length of {break_even_length(costs, n):.2f} to break even (this run: "
-            f"{mean_accepted_length:.2f})")
+    return (f"speculation was slower than the verifier alone here ({speedup:.2f}x {priced_label(THIS_MACHINE)}): "
+            f"{break_even(profile, n).need()} (this run: {mean_accepted_length:.2f})")

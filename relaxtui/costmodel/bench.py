@@ -13,21 +13,29 @@ renders.
 
 from __future__ import annotations
 
+import json
 import resource
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from relaxtui.costmodel.calibrate import LoopCosts, calibrate, typical_context
 from relaxtui.costmodel.measure import verify_curve
-from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
+from relaxtui.costmodel.pricing import BreakEven, break_even, priced_ms, priced_speedup, rounds_of_metrics
+from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE, check_runs, wall_vs_predicted_problem
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafting import Drafter
 from relaxtui.decoding.events import Finished, Metrics
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.llama import LlamaModel
+from relaxtui.errors import UserError
+from relaxtui.files import read_regular_text
+from relaxtui.progress import OnStep, StepCounter, no_steps
+from relaxtui.text import Message
 
 # The embedded pair are code models, so the built-in prompts are code tasks first; bring your own with
 # `--prompt` (acceptance, and so speed-up, depends on the task: measure on yours).
@@ -37,6 +45,75 @@ BENCH_PROMPTS = (
     "Write a Python function that checks whether a string is a palindrome, ignoring case and punctuation.",
     "Explain in a short paragraph why the sky is blue.",
 )
+# `bench --workload NAME`: the shipped task file whose prompts it runs (a workload where output repeats input)
+WORKLOADS = {"edit": Path("evals/examples/edit_code.toml")}
+MAX_PROMPT_FILE_BYTES = 4 << 20  # a --prompt-file holds prompts, not corpora
+
+
+@dataclass(frozen=True)
+class BenchPrompts:
+    """The conversations bench runs (each rendered by the verifier's chat template), and where they came from."""
+
+    source: str  # "built-in", "--prompt", "workload edit", "--prompt-file FILE"
+    conversations: tuple[tuple[Message, ...], ...]
+
+
+def bench_prompts(*, texts: Sequence[str] = (), workload: str | None = None, prompt_file: Path | None = None,
+                  count: int = 2) -> BenchPrompts:
+    """From one source: every ``--prompt`` text, else the first ``count`` of a ``--workload``'s task file, of a
+    ``--prompt-file`` or of the built-in prompts. Two sources, or more prompts than the source holds: one line."""
+    given = [flag for flag, value in (("--prompt", texts), ("--workload", workload), ("--prompt-file", prompt_file))
+             if value]
+    if len(given) > 1:
+        raise UserError(f"{' and '.join(given)} are two sources of prompts: give one")
+    if texts:
+        return BenchPrompts("--prompt", tuple((Message("user", text),) for text in texts))
+    if workload is not None:
+        source, every = f"workload {workload}", workload_prompts(workload)
+    elif prompt_file is not None:
+        source, every = f"--prompt-file {prompt_file}", file_prompts(prompt_file)
+    else:
+        source, every = "built-in", [(Message("user", text),) for text in BENCH_PROMPTS]
+    if not 1 <= count <= len(every):
+        held = "" if source == "built-in" else f"; {source} holds {len(every)}"
+        raise UserError(f"--prompts must be in 1..{len(every)} (got {count}){held}")
+    return BenchPrompts(source, tuple(every[:count]))
+
+
+def workload_prompts(name: str) -> list[tuple[Message, ...]]:
+    """A shipped workload's prompts: its task file's rows rendered as eval renders them (system message included)."""
+    from relaxtui.evals.taskfile import load_task
+    from relaxtui.evals.tasks.base import REPO_ROOT
+
+    if name not in WORKLOADS:
+        raise UserError(f"unknown workload {name!r} (known: {', '.join(WORKLOADS)})")
+    return [sample.messages for sample in load_task(REPO_ROOT / WORKLOADS[name]).load()]
+
+
+def file_prompts(path: Path) -> list[tuple[Message, ...]]:
+    """A ``--prompt-file``: a regular file of at most MAX_PROMPT_FILE_BYTES, UTF-8; ``.jsonl``: one object a line,
+    ``{"prompt": TEXT}`` (and an optional ``"system"``), else one prompt a line. Blank lines are skipped; a bad line
+    is one line naming it."""
+    text = read_regular_text(path, MAX_PROMPT_FILE_BYTES, "--prompt-file")
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines:
+        raise UserError(f"--prompt-file {path} holds no prompt")
+    if path.suffix.lower() != ".jsonl":
+        return [(Message("user", line),) for _, line in lines]
+    return [_jsonl_prompt(line, f"--prompt-file {path}:{number}") for number, line in lines]
+
+
+def _jsonl_prompt(line: str, where: str) -> tuple[Message, ...]:
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise UserError(f"{where}: not JSON ({str(exc)[:80]})") from None
+    if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+        raise UserError(f'{where}: must be an object with a "prompt" string (and optionally "system")')
+    system = row.get("system")
+    if system is not None and not isinstance(system, str):
+        raise UserError(f'{where}: "system" must be a string')
+    return (*((Message("system", system),) if system else ()), Message("user", row["prompt"]))
 
 
 @dataclass(frozen=True)
@@ -47,7 +124,7 @@ class BenchRun:
     predicted_speedup: float  # the calibrated costs pricing this run's own rounds
     acceptance_rate: float
     mean_accepted_length: float
-    break_even_length: float  # the mean accepted length this N needs to match the verifier alone here
+    break_even_steps: float  # a round of N drafts in verifier steps here: the mean accepted length N needs
     python_share: float
     output_tokens: int
     host_ms_per_round: float = 0.0  # the loop's own time outside llama.cpp per round (both models' calls excluded)
@@ -70,13 +147,18 @@ class BenchRun:
         return self.speedup
 
     @property
+    def break_even(self) -> BreakEven:
+        """The mean accepted length N needs to match the verifier alone here, or that none can (above N + 1)."""
+        return BreakEven(self.n, self.break_even_steps)
+
+    @property
     def prediction_error(self) -> float:
         return self.predicted_speedup - self.speedup
 
 
 @dataclass(frozen=True)
 class BenchResult:
-    verifier_step_s: float  # raw decode of one token (SPEC §3's c_rel and v(k))
+    verifier_step_s: float  # raw decode of one token (docs/metrics.md's c_rel and v(k))
     drafter_step_s: float
     c_rel: float
     v: list[float]
@@ -100,6 +182,8 @@ class BenchResult:
         data = asdict(self)
         for run in data["runs"]:
             run["wall_clock_speedup"], run["priced_speedup"] = run["speedup"], dict(run["proxy_speedup"])
+            # null where no acceptance rate makes N pay here: N drafts yield at most N + 1 tokens a round
+            run["break_even_length"] = BreakEven(run["n"], run["break_even_steps"]).length
         best = self.best
         data["best_n"] = best.n if best is not None else None
         data["baseline"] = {"n": 0, "tokens_per_s": self.baseline_tokens_per_s,
@@ -144,10 +228,17 @@ def median_costs(samples: Sequence[LoopCosts]) -> LoopCosts:
 
 
 def predicted_seconds(costs: LoopCosts, runs: Sequence[Metrics]) -> float:
-    """Decode time the calibrated costs give these runs' rounds: every round's draft and verify block, the
-    re-syncs after fully accepted rounds, extra drafter steps, and each emitted token."""
-    return sum(sum(costs.round_s(k) for k in m.draft_lengths) + m.full_accept_rounds * costs.resync_extra_s
-               + m.extra_draft_steps * costs.draft_step_s + m.output_tokens * costs.emit_s for m in runs)
+    """Decode time this machine's profile gives these runs' rounds (`pricing.priced_ms`): every round's draft and
+    verify block, the re-syncs after fully accepted rounds, extra drafter steps, and each emitted token."""
+    return priced_ms(costs.profile(), rounds_of_metrics(runs)) / 1e3
+
+
+def price_runs(machine: CostProfile, profiles: Sequence[CostProfile],
+               runs: Sequence[Metrics]) -> tuple[float, dict[str, float]]:
+    """One N's runs priced as every face prices them (`pricing`): predicted (this machine's calibrated profile),
+    and one priced speed-up per --profile."""
+    rounds = rounds_of_metrics(runs)
+    return priced_speedup(machine, rounds), {p.name: priced_speedup(p, rounds) for p in profiles}
 
 
 def host_costs(metrics: list[Metrics]) -> tuple[float, float]:
@@ -184,14 +275,17 @@ def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
 def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence[int]], *, n_max: int = 5,
               max_tokens: int = 96, sampling: SamplingParams | None = None, seed: int = 0, repeats: int = 8,
               passes: int = 2, profiles: Sequence[CostProfile] = (), rows: str = "candidates",
-              progress: Callable[[str], None] = lambda _: None) -> BenchResult:
+              progress: OnStep = no_steps) -> BenchResult:
     """``rows``: "candidates" (the engine hands the top k where the sampling and rule allow: the loop's default),
-    "whole" (every row whole, the reference), or "both" (each N run on each, interleaved: the side-by-side)."""
+    "whole" (every row whole, the reference), or "both" (each N run on each, interleaved: the side-by-side).
+    ``progress`` gets each step as it starts (the curve, the warm-up, every calibration and run, every re-run)."""
     sampling = sampling or SamplingParams(temperature=0.0)
     whole_rows = rows == "whole"
-    progress("timing the raw verify-cost curve v(k)")
+    per_prompt = 1 + (n_max + 1) * (2 if rows == "both" else 1)  # a calibration, then every N (on each row kind)
+    steps = StepCounter(2 + passes * len(prompts) * per_prompt, progress)
+    steps.start("timing the raw verify-cost curve v(k)")
     curve = verify_curve(verifier, n_max + 1, repeats=max(3, repeats // 2))
-    progress("warm-up")
+    steps.start("warm-up")
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=0, max_tokens=8, sampling=sampling), None)
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=min(2, n_max), max_tokens=8, sampling=sampling),
              drafter)  # the drafter's pages and buffers too: the first pass over a model pays the page cache
@@ -201,43 +295,44 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     calibrations = []
     for pass_index in range(passes):
         for prompt_index, prompt in enumerate(prompts):
-            progress(f"pass {pass_index + 1}/{passes}, prompt {prompt_index + 1}/{len(prompts)}: calibrating, "
-                     f"then N=0..{n_max}")
+            where = f"pass {pass_index + 1}/{passes}, prompt {prompt_index + 1}/{len(prompts)}"
+            steps.start(f"{where}: calibrating")
             calibrations.append(calibrate(verifier, drafter, max_block=n_max + 1, sampling=sampling,
                                           context=typical_context(prompt, max_tokens), repeats=repeats,
                                           seed=seed + pass_index, whole_rows=whole_rows))
             for n in lengths:
                 config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
                                           dense_rows=whole_rows)
+                steps.start(f"{where}: {f'N={n}' if n else 'verifier alone'}")
                 collected[n].append(_run_one(verifier, prompt, config, drafter if n else None))
                 if rows == "both":
+                    steps.start(f"{where}: {f'N={n}' if n else 'verifier alone'} on whole rows")
                     reference = replace(config, dense_rows=True)
                     whole[n].append(_run_one(verifier, prompt, reference, drafter if n else None))
     costs = median_costs(calibrations)
 
     def rerun(n: int, index: int) -> Metrics:
+        steps.add(1)
+        steps.start(f"re-running {f'N={n}' if n else 'the verifier alone'}, prompt {index % len(prompts) + 1} "
+                    "(its time was off the others')")
         config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
                                   dense_rows=whole_rows)
         return _run_one(verifier, prompts[index % len(prompts)], config, drafter if n else None)
 
-    check = check_runs(collected, lambda runs: predicted_seconds(costs, runs), rerun, progress)
+    check = check_runs(collected, lambda runs: predicted_seconds(costs, runs), rerun, steps.say)
+    steps.finish()
     kept = {n: check.kept(n, collected[n]) for n in lengths}
     base_tps, _, _, base_share, _ = _pooled(kept[0])
-    base_predicted = sum(m.output_tokens for m in kept[0]) / predicted_seconds(costs, kept[0])
     machine = costs.profile("this-machine", verifier=verifier.path.name, drafter=drafter.traits.kind,
                             hardware="this machine")
     runs = []
     for n in range(1, n_max + 1):
         tps, acceptance, mean_length, share, tokens = _pooled(kept[n])
-        predicted_tps = tokens / predicted_seconds(costs, kept[n])
-        proxies = {p.name: proxy_speedup(p, tokens, [k for m in kept[n] for k in m.draft_lengths],
-                                         extra_draft_steps=sum(m.extra_draft_steps for m in kept[n]),
-                                         full_rounds=sum(m.full_accept_rounds for m in kept[n]))
-                   for p in profiles}
-        wall, predicted = tps / base_tps if base_tps else 0.0, predicted_tps / base_predicted
+        predicted, proxies = price_runs(machine, profiles, kept[n])
+        wall = tps / base_tps if base_tps else 0.0
         reason = check.reasons.get(n) or wall_vs_predicted_problem(wall, predicted)
         host_ms, copied = host_costs(kept[n])
-        runs.append(BenchRun(n, tps, wall, predicted, acceptance, mean_length, machine.break_even_length(n), share,
+        runs.append(BenchRun(n, tps, wall, predicted, acceptance, mean_length, break_even(machine, n).steps, share,
                              tokens, host_ms, copied, proxies, rows_summary(whole[n]), stable=reason is None,
                              unstable_reason=reason,
                              spread=check.spreads.get(n, 0.0), reruns=check.reruns.get(n, 0),

@@ -1,18 +1,16 @@
-"""Cost profiles: the prices of one deployment, joined with measured counters into proxy speed-ups (SPEC §3).
+"""Cost profiles: the prices of one deployment (docs/metrics.md), which `pricing` joins with measured counters.
 
 Following the paper's public reproduction: generations are the source of truth for quality, lengths and
 acceptance counters; a profile is a small JSON table of what one verifier AR token (t_AR), one drafter
-token (t_D) and one verify block of k tokens (t_V(k), k = drafts + 1) cost on some hardware. A run is
-priced round by round:
+token (t_D) and one verify block of k tokens (t_V(k), k = drafts + 1) cost on some hardware. A round costs
 
-    proxy speed-up = output tokens · t_AR / Σ_rounds (t_V(k_r + 1) + k_r · t_D)   ("measured" pricing)
-    round cost     = t_AR + k_r · t_D                                          ("optimistic" pricing:
-                                                                                verification memory-bound)
+    round(k) = t_V(k + 1) + k · t_D (+ draft_round_ms)     ("measured" pricing)
+    round(k) = t_AR + k · t_D                              ("optimistic" pricing: verification memory-bound)
 
-plus t_D for every extra drafter step (a relaxed bonus needs q at N+1). A round with no draft is one AR
-step (t_AR). Between measured block sizes t_V is interpolated linearly; below the smallest measured k (but
-above 1) it takes the smallest measured value, because on an accelerator a verify block's cost is the
-speculative path's fixed overhead, not proportional to k; above the largest it is refused.
+and a round with no draft is one AR step (t_AR). Between measured block sizes t_V is interpolated linearly;
+below the smallest measured k (but above 1) it takes the smallest measured value, because on an accelerator a
+verify block's cost is the speculative path's fixed overhead, not proportional to k; above the largest it is
+refused. The priced speed-up and the break-even length are `costmodel.pricing`'s, and only there.
 """
 
 from __future__ import annotations
@@ -21,9 +19,9 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
@@ -124,41 +122,19 @@ class CostProfile:
             return self.verify_cost_ms(1)
         return self.verify_cost_ms(drafts + 1) + drafts * self.drafter_ms + self.draft_round_ms
 
-    def break_even_length(self, drafts: int) -> float:
-        """The mean accepted length (tokens per round) at which rounds of ``drafts`` tokens match the verifier
-        alone: below it speculation is slower here."""
-        # a round of L tokens costs round + L·emit, the verifier alone L·(t_AR + emit): emission cancels
-        return self.round_cost_ms(drafts) / self.verifier_ar_ms
-
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v is not None or not k.startswith("timing_")}
         data["verify_ms"] = {str(k): v for k, v in sorted(self.verify_ms.items())}
         return json.dumps(data, indent=2) + "\n"
 
 
-def priced_ms(profile: CostProfile, draft_lengths: Iterable[int], *, extra_draft_steps: int = 0,
-              full_rounds: int = 0, output_tokens: int = 0) -> float:
-    """Σ over rounds of the profile's round cost, plus drafter steps past the draft, re-syncs after fully
-    accepted rounds, and per-token emission (the last two are 0 in the paper's profiles)."""
-    rounds = sum(profile.round_cost_ms(k) for k in draft_lengths)
-    return (rounds + extra_draft_steps * profile.drafter_ms + full_rounds * profile.resync_ms
-            + output_tokens * profile.emit_ms)
-
-
-def proxy_speedup(profile: CostProfile, output_tokens: int, draft_lengths: Sequence[int], *,
-                  extra_draft_steps: int = 0, full_rounds: int = 0) -> float:
-    """Output tokens priced as verifier AR steps, over the priced rounds that produced them."""
-    cost = priced_ms(profile, draft_lengths, extra_draft_steps=extra_draft_steps, full_rounds=full_rounds,
-                     output_tokens=output_tokens)
-    return output_tokens * (profile.verifier_ar_ms + profile.emit_ms) / cost if cost > 0 else 0.0
-
-
 # -- shipped profiles ---------------------------------------------------------------------------------------------
 PAPER_SOURCE = ("Xia, Ribar & Balanca 2026 (arXiv 2607.08690), public reproduction: Qwen3-32B verifier, "
                 "Qwen3-0.6B drafter, one NVIDIA GB200, batch 1, bf16, vLLM 0.20.1")
-_PAPER = dict(hardware="NVIDIA GB200 (batch 1, bf16, vLLM 0.20.1)", verifier="Qwen3-32B", drafter="Qwen3-0.6B",
-              verifier_ar_ms=12.448, drafter_ms=3.929,
-              verify_ms={4: 30.503, 6: 30.448, 11: 30.905, 21: 32.270}, source=PAPER_SOURCE)
+_PAPER: dict[str, Any] = dict(  # CostProfile's keyword arguments
+    hardware="NVIDIA GB200 (batch 1, bf16, vLLM 0.20.1)", verifier="Qwen3-32B", drafter="Qwen3-0.6B",
+    verifier_ar_ms=12.448, drafter_ms=3.929, verify_ms={4: 30.503, 6: 30.448, 11: 30.905, 21: 32.270},
+    source=PAPER_SOURCE)
 
 
 def memory_bound(c_rel: float = MEMORY_BOUND_C_REL) -> CostProfile:
@@ -170,9 +146,8 @@ def memory_bound(c_rel: float = MEMORY_BOUND_C_REL) -> CostProfile:
 
 
 SHIPPED: dict[str, CostProfile] = {
-    "paper-gb200": CostProfile("paper-gb200", pricing="measured", **_PAPER),  # type: ignore[arg-type]
-    "paper-gb200-optimistic": CostProfile("paper-gb200-optimistic", pricing="optimistic",
-                                          **_PAPER),  # type: ignore[arg-type]
+    "paper-gb200": CostProfile("paper-gb200", pricing="measured", **_PAPER),
+    "paper-gb200-optimistic": CostProfile("paper-gb200-optimistic", pricing="optimistic", **_PAPER),
     "memory-bound": memory_bound(),
 }
 
@@ -214,12 +189,11 @@ def _shown(value: object) -> str:
 def _time(value: object, field: str, where: str, *, positive: bool) -> float:
     """A time in ms: a JSON number (not a bool, not a string), finite, within [MIN_TIME_MS or 0, MAX_TIME_MS]."""
     low = MIN_TIME_MS if positive else 0.0
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and low <= value <= MAX_TIME_MS)
-    if not ok:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and low <= value <= MAX_TIME_MS):
         raise UserError(f"{where}: malformed cost profile: {field} is {_shown(value)}; every time must be a finite "
                         f"number of milliseconds in [{low:g}, {MAX_TIME_MS:g}]")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _text(value: object, field: str, where: str) -> str:
@@ -280,8 +254,7 @@ def from_dict(data: object, where: str) -> CostProfile:
     try:
         return CostProfile(name=text["name"], hardware=text["hardware"], verifier=text["verifier"],
                            drafter=text["drafter"], verify_ms=verify, pricing=str(pricing), source=text["source"],
-                           timing_spread=None if spread is None else float(spread),  # type: ignore[arg-type]
-                           timing_stable=stable, **times)  # type: ignore[arg-type]
+                           timing_spread=None if spread is None else float(spread), timing_stable=stable, **times)
     except UserError as exc:  # the dataclass's own checks, should one ever go further than the ones above
         raise UserError(f"{where}: malformed cost profile: {exc}") from None
 

@@ -1,4 +1,4 @@
-"""Flagging degenerate outputs: a repetition loop that fills the tail of the answer (SPEC §3).
+"""Flagging degenerate outputs: a repetition loop that fills the tail of the answer (docs/metrics.md).
 
 Relaxed rules with weak drafters fall into loops ("the the the", a repeated line); the flag lets the eval
 runner report how often. An output is degenerate when its tail is periodic — some n-gram of period p ≤

@@ -26,14 +26,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from relaxtui.evals.degeneracy import repetition_rate
-from relaxtui.evals.stats import MeanInterval, PairKey, geometric_mean_ratio, paired_difference
+from relaxtui.evals.stats import (
+    MIN_INTERVAL_PROBLEMS,
+    MeanInterval,
+    PairKey,
+    geometric_mean_ratio,
+    paired_difference,
+    says_nothing,
+)
 
 RECORD_SIGNALS = ("verifier_logprob", "verifier_logprob_processed", "out_of_support_rate", "repetition_rate")
 SIGNALS = (*RECORD_SIGNALS, "length_ratio")  # the report's objects (the contract: every one but _processed)
 
 
 def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+    """The mean, or None when there is none or it is not a finite number (a record holds finite numbers only)."""
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    return mean if math.isfinite(mean) else None
 
 
 def record_signals(token_ids: Sequence[int], logprobs: Sequence[float | None] | None,
@@ -59,14 +70,16 @@ class Signal:
     pairs: int = 0
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON twin of the drift table's cells: bounds null where the table shows n/a."""
         interval = self.delta
+        bounded = interval is not None and not says_nothing(interval)
         return {"value": _finite(self.value), "delta": None if interval is None else _finite(interval.mean),
-                "ci_low": None if interval is None else _finite(interval.low),
-                "ci_high": None if interval is None else _finite(interval.high), "pairs": self.pairs}
+                "ci_low": _finite(interval.low) if bounded else None,  # type: ignore[union-attr]
+                "ci_high": _finite(interval.high) if bounded else None, "pairs": self.pairs}  # type: ignore[union-attr]
 
 
 def _finite(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
+    return None if value is None or not math.isfinite(value) else value
 
 
 def pairs_with(records: Sequence[dict[str, Any]], name: str) -> dict[PairKey, float]:
@@ -113,6 +126,11 @@ def signals(rows: Sequence[dict[str, Any]], reference: Sequence[dict[str, Any]] 
 def _says_nothing(interval: MeanInterval, few: int) -> bool:
     """Too few problems or no spread: shown as n/a, as the accuracy intervals are."""
     return interval.n < few or math.isnan(interval.low) or not interval.sd > 0
+
+
+def logprob_delta_text(signal: Signal) -> str:
+    """Δlogp with its interval exactly as the drift table's cell shows it (tune's advice prints this)."""
+    return _bounds(signal, 1.0, 3, few=MIN_INTERVAL_PROBLEMS)
 
 
 def _bounds(signal: Signal, scale: float, digits: int, *, few: int) -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.errors import UserError
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class RunIdentity:
     def of(cls, task: Task, options: ModelOptions, plan: EvalPlan, *, thinking: str | None, data: Path | None,
            models: Mapping[str, str] | None = None) -> RunIdentity:
         model_drafter = options.drafter_file  # a model file (a drafter LM, an MTP-only GGUF), else the kind
+        kind = drafter_kind(options.draft_kind)
         params = plan.sampling
         # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when
         # K > 1, so one-at-a-time folders from before keep resuming)
@@ -47,7 +49,8 @@ class RunIdentity:
             **batched, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
             "drafter": Path(options.drafter).name if model_drafter else options.draft_kind,
             "draft_kind": options.draft_kind,
-            "ngram": [options.ngram_min, options.ngram_max] if options.draft_kind == "ngram" else None,
+            # the n-gram sizes where the kind is built from them (its traits say so: prompt lookup)
+            "ngram": [options.ngram_min, options.ngram_max] if {"ngram_min", "ngram_max"} <= set(kind.reads) else None,
             "draft_min": plan.draft_min, "draft_p_min": options.draft_p_min, "draft_adapt": plan.adaptive,
             "bonus": plan.bonus, "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
             "max_tokens": plan.max_tokens, "thinking": thinking, "system": None, "ctx_size": options.ctx_size,

@@ -193,7 +193,7 @@ def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
         place_labels(axes, points, renderer)
     import io
 
-    from relaxtui.evals.results import write_atomic
+    from relaxtui.files import write_atomic
 
     image = io.BytesIO()
     figure.savefig(image, format="png")

@@ -3,12 +3,14 @@
 Everything here reads result records (and cost profiles) only, so `relaxtui eval report DIR` rebuilds it
 without a model. Accuracy is avg@n with a 95% interval over problems. Each config is compared with its
 *reference* — strict at the same N when the run has it, else the verifier alone — on the (problem, seed)
-pairs both ran: Δaccuracy with a paired 95% interval, wins and losses. Speed is reported two ways (see
-docs/metrics.md): the *wall-clock* speed-up (geometric mean of per-pair tokens/s ratios against the verifier
-alone, this run on this machine, with its interval), and for each cost profile the *priced* speed-up (the
+pairs both ran: Δaccuracy with a paired 95% interval (Newcombe's score interval for paired proportions, inside
+±100 points by construction), wins and losses. Speed is reported two ways (see docs/metrics.md): the
+*wall-clock* speed-up (geometric mean of per-pair tokens/s ratios against the verifier alone, this run on this
+machine, with its interval), and for each cost profile the *priced* speed-up (the
 run's own rounds priced by the profile; the profile a run measures at its start is named ``this-machine``)
 and its length-adjusted value (divided by the output-length ratio against the verifier alone on shared pairs).
-An interval over fewer than ``MIN_INTERVAL_PROBLEMS`` problems, or with no spread at all, is shown as n/a.
+An interval over fewer than ``MIN_INTERVAL_PROBLEMS`` problems, or a t interval with no spread at all, is shown
+as n/a — in the table, as null in the JSON, and as n/a in tune's advice (``stats.says_nothing`` decides for all).
 """
 
 from __future__ import annotations
@@ -23,10 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
-from relaxtui.display import one_line
+from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
+from relaxtui.costmodel.profiles import CostProfile
+from relaxtui.display import WALL_CLOCK, one_line, priced_label
 from relaxtui.evals.drift import DRIFT_COLUMNS, DRIFT_FOOTNOTE, SIGNALS, Signal, drift_row, signals
-from relaxtui.evals.stats import MeanInterval, PairedDifference, geometric_mean_ratio, paired_difference, pairs_of
+from relaxtui.evals.stats import (
+    MIN_INTERVAL_PROBLEMS,
+    MeanInterval,
+    PairedDifference,
+    geometric_mean_ratio,
+    paired_proportion_difference,
+    pairs_of,
+    says_nothing,
+)
 
 
 @dataclass(frozen=True)
@@ -68,34 +79,55 @@ class ConfigSummary:
         return None if self.measured_speedup is None else self.measured_speedup.mean
 
     def as_dict(self) -> dict[str, Any]:
-        """The `eval report --json` object of this config (the contract names come first)."""
-        delta = self.delta
+        """The `eval report --json` object of this config (the contract names come first): the table's twin —
+        null where the table shows "-" (an open-ended task's accuracy, the verifier alone's acceptance) and for an
+        interval it shows as n/a; every interval is [low, high]."""
+        delta = self.delta if self.scored and self.delta is not None and self.delta.pairs else None
         measured = self.measured_speedup
         return {
             "config": self.label, "rule": self.rule, "knob": self.knob, "draft_max": self.draft_max,
-            "samples": self.samples, "accuracy": self.accuracy, "priced_speedup": dict(self.proxy),
-            "length_adjusted_speedup": dict(self.length_adjusted),
+            "samples": self.samples, "accuracy": _finite(self.accuracy) if self.scored else None,
+            "priced_speedup": {name: _finite(value) for name, value in self.proxy.items()},
+            "length_adjusted_speedup": {name: _finite(value) for name, value in self.length_adjusted.items()},
             "delta_accuracy": None if delta is None else _finite(delta.interval.mean),
-            "delta_ci95": None if delta is None else [_finite(delta.interval.low), _finite(delta.interval.high)],
+            "delta_ci95": None if delta is None else _bounds(delta),
             "pairs": None if delta is None else delta.pairs,
             "wins": None if delta is None else delta.wins, "losses": None if delta is None else delta.losses,
-            "reference": self.reference, "problems": self.problems, "accuracy_ci95": _finite(self.ci95),
+            "reference": self.reference, "problems": self.problems,
+            "accuracy_ci95": self.accuracy_bounds() if self.scored else None,
             "wall_clock_speedup": None if measured is None else _finite(measured.mean),
-            "wall_clock_speedup_ci95": None if measured is None else [_finite(measured.low), _finite(measured.high)],
+            "wall_clock_speedup_ci95": None if measured is None else (
+                [1.0, 1.0] if self.is_baseline else _bounds(measured)),
             "mean_output_tokens": self.mean_output_tokens, "truncation_rate": self.truncation_rate,
-            "degeneracy_rate": self.degeneracy_rate, "acceptance_rate": self.acceptance_rate,
+            "degeneracy_rate": self.degeneracy_rate,
+            "acceptance_rate": None if self.is_baseline else self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length, "tokens_per_s": self.tokens_per_s,
             "scored": self.scored, "failed": self.failed,
             # issue 19's label-free drift signals, each {value, delta, ci_low, ci_high, pairs} against the reference
             **{name: self.drift.get(name, Signal(None, None)).as_dict() for name in SIGNALS},
             # the names before issue 18's vocabulary, kept for scripts written against them
-            "proxy_speedup": dict(self.proxy),
+            "proxy_speedup": {name: _finite(value) for name, value in self.proxy.items()},
             "measured_speedup": None if measured is None else _finite(measured.mean),
         }
 
+    def accuracy_bounds(self) -> list[float] | None:
+        """The unpaired ±95% interval as [low, high], clipped to what an accuracy can be; None where the table
+        shows n/a (fewer than MIN_INTERVAL_PROBLEMS problems, or no spread)."""
+        if self.problems < MIN_INTERVAL_PROBLEMS or not self.ci95 > 0:
+            return None
+        return [max(0.0, self.accuracy - self.ci95), min(1.0, self.accuracy + self.ci95)]
 
-def _finite(value: float) -> float | None:
-    return None if value is None or math.isnan(value) else value
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def _bounds(difference: PairedDifference | MeanInterval) -> list[float | None] | None:
+    """An interval as the JSON gives it: [low, high], or None where the table shows it as n/a."""
+    if says_nothing(difference):
+        return None
+    interval = difference.interval if isinstance(difference, PairedDifference) else difference
+    return [_finite(interval.low), _finite(interval.high)]
 
 
 def _label(config: dict[str, Any]) -> str:
@@ -103,7 +135,6 @@ def _label(config: dict[str, Any]) -> str:
     return one_line(config["label"])
 
 
-MIN_INTERVAL_PROBLEMS = 5  # fewer problems than this: an interval is shown as n/a, not as a number
 TRUNCATION_WARNING = 0.5  # a config whose answers hit the token budget this often gets a warning line
 
 SHARED_BATCHES_NOTE = (
@@ -158,7 +189,7 @@ def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
     elif baseline is rows:
         measured = MeanInterval(1.0, 1.0, 1.0, len(per_problem), 0.0)
     if reference is not None:
-        delta = paired_difference(pairs_of(rows, "correct"), pairs_of(reference, "correct"))
+        delta = paired_proportion_difference(pairs_of(rows, "correct"), pairs_of(reference, "correct"))
     proxy = {p.name: _proxy(p, rows) for p in profiles}
     length_ratio = _length_ratio(rows, length_baseline) if length_baseline is not None else None
     adjusted = {name: (value / length_ratio if length_ratio else None) for name, value in proxy.items()}
@@ -178,20 +209,9 @@ def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
 
 
 def _proxy(profile: CostProfile, rows: list[dict[str, Any]]) -> float:
-    """The paper's aggregate: all output tokens priced as AR steps over all rounds priced by the profile."""
-    tokens = sum(r["output_tokens"] for r in rows)
-    lengths = [k for r in rows for k in _draft_lengths(r)]
-    return proxy_speedup(profile, tokens, lengths,
-                         extra_draft_steps=sum(r.get("extra_draft_steps", 0) for r in rows),
-                         full_rounds=sum(r.get("full_accept_rounds", 0) for r in rows))
-
-
-def _draft_lengths(record: dict[str, Any]) -> list[int]:
-    """Each round's draft length; records written before they were kept had a fixed N (or were baselines)."""
-    if "draft_lengths" in record:
-        return list(record["draft_lengths"])
-    n = record["config"]["draft_max"]
-    return [n] * record["rounds"] if n else [0] * record["rounds"]
+    """The paper's aggregate, pooled: the verifier alone writing all these tokens over all the rounds, both priced
+    by the profile (`pricing`, as every face prices: the verifier alone itself comes to exactly 1)."""
+    return priced_speedup(profile, rounds_of_records(rows))
 
 
 def _length_ratio(rows: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> float | None:
@@ -207,24 +227,29 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.3f}x"
 
 
-def degenerate(interval: MeanInterval) -> bool:
-    """Too few problems, or no spread at all: the interval says nothing and is shown as n/a."""
-    return interval.n < MIN_INTERVAL_PROBLEMS or math.isnan(interval.low) or not interval.sd > 0
+ratio_text = _ratio  # a speed-up as the table's cells show it (tune's advice prints the same text)
+
+
+def delta_text(s: ConfigSummary) -> str:
+    """Δaccuracy in points with its paired interval, exactly as the table's cell (tune's advice prints this)."""
+    if not s.scored or s.delta is None or s.delta.pairs == 0:
+        return "-"
+    interval = s.delta.interval
+    bounds = " [n/a]" if says_nothing(s.delta) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
+    return f"{100 * interval.mean:+.1f}{bounds}"
 
 
 def _delta(s: ConfigSummary) -> tuple[str, str]:
     if s.delta is None or s.delta.pairs == 0:
         return "-", "-"
-    interval = s.delta.interval
-    bounds = " [n/a]" if degenerate(interval) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
-    return f"{100 * interval.mean:+.1f}{bounds}", f"{s.delta.wins}/{s.delta.losses}/{s.delta.pairs}"
+    return delta_text(s), f"{s.delta.wins}/{s.delta.losses}/{s.delta.pairs}"
 
 
 def columns(profiles: Sequence[str]) -> list[str]:
     names = ["config", "acc", "±95%", "Δacc vs ref [paired 95%]", "W/L/pairs", "len", "trunc", "degen", "accept",
-             "mean len", "tok/s", "wall-clock"]
+             "mean len", "tok/s", WALL_CLOCK]
     for name in profiles:
-        names += [f"priced {name}", f"len-adj {name}"]
+        names += [priced_label(name), f"len-adj {name}"]
     return names
 
 
@@ -234,7 +259,7 @@ def row(s: ConfigSummary, profiles: Sequence[str]) -> list[str]:
     delta, record = _delta(s)
     measured = s.measured_speedup
     speed = "-" if measured is None else (
-        _ratio(measured.mean) + ("" if s.is_baseline else " [n/a]" if degenerate(measured) else
+        _ratio(measured.mean) + ("" if s.is_baseline else " [n/a]" if says_nothing(measured) else
                                  f" [{measured.low:.2f}, {measured.high:.2f}]"))
     accuracy = f"{100 * s.accuracy:.1f}"
     if not s.scored:  # an open-ended task: nothing was judged, so there is no accuracy to show
@@ -274,19 +299,20 @@ def render_drift_table(summaries: list[ConfigSummary]) -> str:
 FOOTNOTE = (
     "acc = avg@n accuracy (%) with a 95% interval over problems; Δacc vs ref = accuracy minus the reference's "
     "(strict at the same N, else the verifier alone) on the (problem, seed) pairs both ran, paired 95% interval in "
-    "points; W/L/pairs = pairs the config got right and the reference wrong / the reverse / pairs compared; len = "
-    "mean output tokens; wall-clock = geometric mean of per-pair tokens/s ratios against the verifier alone, this "
-    "run on this machine [95%]; priced P = output tokens priced as verifier steps over the run's rounds priced by "
+    "points (Newcombe's score interval for paired proportions); W/L/pairs = pairs the config got right and the "
+    "reference wrong / the reverse / pairs compared; len = mean output tokens; wall-clock = geometric mean of "
+    "per-pair tokens/s ratios against the verifier alone, this run on this machine [95%]; priced P = output "
+    "tokens priced as verifier steps over the run's rounds priced by "
     "cost profile P (this-machine = the profile the run measured at its start); len-adj P = priced / (output "
     f"length ratio against the verifier alone on shared pairs); n/a = an interval over fewer than "
-    f"{MIN_INTERVAL_PROBLEMS} problems or with no spread, which says nothing.")
+    f"{MIN_INTERVAL_PROBLEMS} problems (or, for a t interval, with no spread), which says nothing.")
 
 
 def unstable_profiles(profiles: Sequence[CostProfile]) -> list[str]:
     """One warning per profile whose timings stayed implausible when it was measured: its prices are rough."""
-    return [f"warning: profile {one_line(p.name)}: its timings stayed unstable when measured (spread "
-            f"{p.timing_spread if p.timing_spread is not None else '?'}); its priced speed-ups are rough — measure "
-            "again on an idle machine (delete the run folder's measured-profile.json)"
+    return [f"warning: profile {one_line(p.name)}: its timings stayed unstable when measured (widest spread of a "
+            f"part {'?' if p.timing_spread is None else f'±{p.timing_spread / 2:.0%}'}); its priced speed-ups are "
+            "rough — measure again on an idle machine (delete the run folder's measured-profile.json)"
             for p in profiles if p.timing_stable is False]
 
 
@@ -363,7 +389,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 def write_reports(directory: Path, summaries: list[ConfigSummary], title: str,
                   profiles: Sequence[CostProfile] = (), note: str | None = None) -> list[Path]:
     from relaxtui.evals.plot import plot
-    from relaxtui.evals.results import write_atomic
+    from relaxtui.files import write_atomic
 
     title = one_line(title)
     written = [directory / "summary.csv", directory / "summary.md"]

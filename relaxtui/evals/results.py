@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any
 from relaxtui import checks
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import ENVIRONMENT, RunIdentity
-from relaxtui.files import read_regular_bytes
+from relaxtui.files import read_regular_bytes, write_atomic
 
 MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
@@ -62,13 +61,20 @@ MANIFEST_CHECKS: dict[str, checks.Check] = {
 }
 
 
+INT_LIMIT = 2**63  # every count and seed a record holds is below this (a larger one would overflow a float)
+LOGPROB_FLOOR = -1e4  # nats/token: far below any mean log-probability a model's logits give (they span ~100)
+LOGPROB_SLACK = 1e-3  # a float32 normaliser can put log p(x) a hair above 0
+
+
 def _is_int(value: object, low: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < INT_LIMIT
 
 
 def _is_number(value: object, low: float = 0.0) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and value >= low)
+    """A finite number ≥ low (an integer past INT_LIMIT counts as not finite: no float holds it exactly)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (abs(value) < INT_LIMIT if isinstance(value, int) else math.isfinite(value)) and value >= low
 
 
 # field -> check, for the fields the reports, tune and resume read from a record
@@ -78,9 +84,24 @@ _RECORD_FIELDS = {
     "decode_s": _is_number, "tokens_per_s": _is_number, "rounds": _is_int, "drafted": _is_int,
     "accepted": _is_int, "truncated": lambda v: isinstance(v, bool), "degenerate": lambda v: isinstance(v, bool),
 }
+
+
+def _is_rate(value: object) -> bool:
+    return value is None or (_is_number(value) and value <= 1)  # type: ignore[operator]
+
+
+def _is_logprob(value: object) -> bool:
+    return value is None or (_is_number(value, LOGPROB_FLOOR) and value <= LOGPROB_SLACK)  # type: ignore[operator]
+
+
+# the drift signals (evals/drift.py) are optional (older records lack them) and may be null (not measured); a
+# number must be one the loop can write — finite, a rate in [0, 1], a log-probability in [LOGPROB_FLOOR, 0] —
+# as issue 17 asks of cost profiles, so the report never prints "-inf%" from a hand-edited or damaged line
 _OPTIONAL_FIELDS = {
     "draft_lengths": lambda v: isinstance(v, list) and all(_is_int(k) for k in v),
     "extra_draft_steps": _is_int, "full_accept_rounds": _is_int,
+    "verifier_logprob": _is_logprob, "verifier_logprob_processed": _is_logprob,
+    "out_of_support_rate": _is_rate, "repetition_rate": _is_rate,
 }
 
 
@@ -137,22 +158,6 @@ def read_regular(path: Path, cap: int) -> bytes:
     """The bytes of a run folder's file of at most ``cap`` bytes: a FIFO, a device (a link to /dev/zero) or a
     folder under the name is one line, never a hang (``relaxtui.files``)."""
     return read_regular_bytes(path, cap, "run folder file")
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``path`` whole or not at all, through a new temporary file renamed over it: a kill never leaves half
-    a file, and a symbolic link planted under the name is replaced, never followed into another file."""
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as stream:
-            stream.write(payload)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:

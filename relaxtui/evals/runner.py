@@ -13,16 +13,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relaxtui.decoding.backend import Backend
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
 from relaxtui.evals.executors import Executor, SequentialExecutor, local_executor
 from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.results import GridPoint, ResultsStore
 from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.evals.units import WorkUnit, make_record, unit_config
-from relaxtui.rules import PAPER_GRID, RULES, make, split_spec
+from relaxtui.rules import PAPER_GRID, Rule, make, rule_class, split_spec
 
 # where these live now; importable from here as before
 __all__ = ["EvalPlan", "Executor", "SampleDone", "SequentialExecutor", "WorkUnit", "local_executor", "make_record",
@@ -46,15 +46,9 @@ class EvalPlan:
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise UserError(f"--repeats must be >= 1 (got {self.repeats})")
-        for spec in self.rules:
-            name = self._name(spec)
-            if name not in RULES:
-                make(name)  # raises the "unknown rule" error with the known names
-            if self.sampling.greedy and not RULES[name].greedy_ok:
-                raise UserError(f"rule {name!r} cannot run greedy (temperature 0); use --temperature > 0")
         if not self.rules and not self.no_spec:
             raise UserError("nothing to run: give --rule or --no-spec")
-        self.points()  # every knob of the grid is validated before anything runs
+        self.points()  # every rule of the grid is built once before anything runs (a bad knob, greedy: one line)
 
     @property
     def has_spec(self) -> bool:
@@ -67,7 +61,7 @@ class EvalPlan:
     def _knobs(self, spec: str) -> tuple[float | None, ...]:
         """``rule:knob`` pins the knob; a bare rule takes --alpha, or else its paper grid."""
         name, knob = split_spec(spec)
-        if knob is not None or RULES[name].knob_name is None:
+        if knob is not None or rule_class(name).knob_name is None:  # an unknown rule: one line
             return (knob,)
         return self.alphas or PAPER_GRID[name]
 
@@ -76,9 +70,14 @@ class EvalPlan:
         for spec in self.rules:
             name = self._name(spec)
             for knob in self._knobs(spec):
-                make(name, knob)
+                self.rule_at(GridPoint(name, knob, 0))
                 points += [GridPoint(name, knob, n) for n in self.draft_max]
         return points
+
+    def rule_at(self, point: GridPoint) -> Rule | None:
+        """The rule a grid point runs (None: the verifier alone), built by the factory, the eval run's one place for
+        it: its knob validated, and at temperature 0 a rule that cannot run greedy refused."""
+        return make(point.rule, point.knob, temperature=self.sampling.temperature) if point.rule else None
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ def run_units(task: Task, samples: Sequence[Sample], plan: EvalPlan, identity: R
 
 
 def run_eval(task: Task, samples: Sequence[Sample], plan: EvalPlan, identity: RunIdentity, store: ResultsStore,
-             verifier: Backend, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
+             verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
              on_sample: Callable[[SampleDone], None] = lambda _: None,
              should_stop: Callable[[], bool] = lambda: False) -> None:
     """Run the plan on one local pair: one sequence at a time, or as many at once as its contexts hold."""

@@ -19,16 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
-from relaxtui.evals.answers import Reader, make_reader
+from relaxtui.evals.answers import NO_ANSWER, Reader, make_reader
 from relaxtui.evals.taskdata import DataSource, read_source
 from relaxtui.evals.tasks.base import Located, Sample, Score, Task, bad
 from relaxtui.evals.template import Template, field_text
 from relaxtui.evals.tomltable import Table
 from relaxtui.files import read_regular_bytes
+from relaxtui.text import Message
 
 MAX_FILE_BYTES = 1 << 20
+TRIED_SHOWN = 80  # characters of the reply `tasks check` tried that its miss line shows
+ANSWER_DOCS = "docs/taskfiles.md#answer"
 MAX_TOKENS_LIMIT = 1 << 20
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -179,6 +181,27 @@ class TaskFile(Task):
         if "solution" in sample.meta:
             return f"```python\n{sample.meta['solution']}\n```"
         return self.reader.example_reply(sample.gold)
+
+    def gold_miss(self, sample: Sample, reply: str, score: Score) -> str:
+        """Why the reply ``tasks check`` tried for a row did not score correct, in one line: what the kind read
+        (or that it found nothing), the reply itself (its first TRIED_SHOWN characters) and where it came from,
+        with the key that fixes it — a miss is usually a reply in another format than the reader expects."""
+        read = (f"read {str(score.parsed)[:60]!r}" if score.parsed is not None
+                else f"found no answer ({score.detail})" if score.detail and score.detail != NO_ANSWER
+                else "found no answer")
+        tried = repr(reply[:TRIED_SHOWN]) + (f"… ({len(reply) - TRIED_SHOWN} more characters)"
+                                             if len(reply) > TRIED_SHOWN else "")
+        if "solution" in sample.meta:
+            origin, fix = "the row's reference solution", "check the solution field and the tests"
+        elif self.reader.example:
+            origin = "[answer] example"
+            fix = f"make [answer] example a reply its kind reads as {{gold}} ({ANSWER_DOCS})"
+        else:
+            origin = "the gold written out, as no [answer] example is set"
+            fix = (f"set [answer] example to a reply in your model's format, with {{gold}} for the gold "
+                   f"({ANSWER_DOCS})")
+        return (f"row {sample.id!r}: its gold answer does not score correct: kind {self.reader.kind!r} {read} in "
+                f"the reply tried, {tried} ({origin}); {fix}")
 
 
 def read_answer(table: Table) -> tuple[Reader, str | None, str | None]:

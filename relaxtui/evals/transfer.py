@@ -10,12 +10,20 @@ loses more than allowed; otherwise it is *unresolved*, with about how many probl
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from relaxtui.evals.report import ConfigSummary
+from relaxtui.display import WALL_CLOCK, priced_label
+from relaxtui.evals.report import ConfigSummary, delta_text
 from relaxtui.evals.stats import problems_to_resolve
-from relaxtui.evals.tune import DEFAULT_MAX_DRIFT, Recommendation, drift_difference, drift_needed, drift_text, speed_of
+from relaxtui.evals.tune import (
+    DEFAULT_MAX_DRIFT,
+    Recommendation,
+    drift_difference,
+    drift_needed,
+    drift_text,
+    faster,
+    speed_of,
+)
 
 ORDER = ("breaks", "unresolved", "slower", "holds")  # the worst finding decides a task's verdict
 
@@ -41,24 +49,30 @@ class Carry:
     reasons: tuple[str, ...]
 
 
-def _accuracy(s: ConfigSummary, max_drop: float) -> tuple[str, str]:
+def _settle(needed: int, task_size: int | None, option: str, bound: float) -> str:
+    """How many problems would settle it, never more than the task has."""
+    if task_size is not None and needed > task_size:
+        return f"the whole task ({task_size} problems) would not settle {option} {bound:g} at this estimate"
+    return f"about {needed} problems in all would settle {option} {bound:g}"
+
+
+def _accuracy(s: ConfigSummary, max_drop: float, task_size: int | None = None) -> tuple[str, str]:
     delta = s.delta
     if delta is None or delta.pairs == 0:
         return "unresolved", "no shared pairs with strict"
     interval = delta.interval
-    bounds = "" if math.isnan(interval.low) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
-    shown = f"Δacc {100 * interval.mean:+.1f}{bounds} on {delta.pairs} pairs"
+    shown = f"Δacc {delta_text(s)} on {delta.pairs} pairs"
     needed = problems_to_resolve(delta, max_drop / 100)
     if needed is None and interval.mean < -max_drop / 100:
         return "breaks", f"{shown}: loses more than {max_drop:g} points"
     if needed is None:  # the mean sits on the bound: no sample size would settle it
         return "unresolved", f"{shown}: too close to -{max_drop:g} points for any sample to settle"
     if needed > interval.n:
-        return "unresolved", f"{shown}: about {needed} problems in all would settle --max-drop {max_drop:g}"
+        return "unresolved", f"{shown}: {_settle(needed, task_size, '--max-drop', max_drop)}"
     return "holds", f"{shown}, within -{max_drop:g} points"
 
 
-def _drift(s: ConfigSummary, max_drift: float) -> tuple[str, str]:
+def _drift(s: ConfigSummary, max_drift: float, task_size: int | None = None) -> tuple[str, str]:
     difference = drift_difference(s)
     if difference is None:
         return "unresolved", "no drift measured"
@@ -69,13 +83,14 @@ def _drift(s: ConfigSummary, max_drift: float) -> tuple[str, str]:
     if needed is None:  # the mean sits on the bound: no sample size would settle it
         return "unresolved", f"{shown}: too close to -{max_drift:g} nats/token for any sample to settle"
     if needed > difference.interval.n:
-        return "unresolved", f"{shown}: about {needed} problems in all would settle --max-drift {max_drift:g}"
+        return "unresolved", f"{shown}: {_settle(needed, task_size, '--max-drift', max_drift)}"
     return "holds", f"{shown}, within -{max_drift:g}"
 
 
 def carry_over(task: str, summaries: list[ConfigSummary], setting: ConfigSummary, *, max_drop: float,
-               max_drift: float | None, profile: str | None) -> Carry:
-    """The verdict on one task for ``setting`` (matched by rule, knob and N), from that task's summaries."""
+               max_drift: float | None, profile: str | None, task_size: int | None = None) -> Carry:
+    """The verdict on one task for ``setting`` (matched by rule, knob and N), from that task's summaries;
+    ``task_size`` (that task's problems in all) bounds how many problems the verdict may ask for."""
     relaxed = next((s for s in summaries if (s.rule, s.knob, s.draft_max) ==
                     (setting.rule, setting.knob, setting.draft_max)), None)
     strict = next((s for s in summaries if s.is_strict and s.draft_max == setting.draft_max), None)
@@ -83,16 +98,20 @@ def carry_over(task: str, summaries: list[ConfigSummary], setting: ConfigSummary
         return Carry(task, "unresolved", ("the setting or its strict reference did not run",))
     findings = []
     if relaxed.scored:
-        findings.append(_accuracy(relaxed, max_drop))
+        findings.append(_accuracy(relaxed, max_drop, task_size))
     bound = max_drift if max_drift is not None else (None if relaxed.scored else DEFAULT_MAX_DRIFT)
     if bound is not None:
-        findings.append(_drift(relaxed, bound))
+        findings.append(_drift(relaxed, bound, task_size))
     elif (shown := drift_text(relaxed)):
         findings.append(("holds", shown.removeprefix(", ") + " (not judged: no --max-drift)"))
     mine, theirs = speed_of(relaxed, profile), speed_of(strict, profile)
-    basis = f"priced {profile}" if profile else "wall-clock"
+    basis = priced_label(profile) if profile else WALL_CLOCK
     speed = f"{mine:.2f}x vs strict {theirs:.2f}x ({basis})"
-    findings.append(("holds", speed) if mine > theirs else ("slower", f"not faster than strict here: {speed}"))
+    if faster(relaxed, strict, profile):
+        findings.append(("holds", speed))
+    else:
+        slower_than = "strict" if mine <= theirs else "the verifier alone (1.0x)"
+        findings.append(("slower", f"not faster than {slower_than} here: {speed}"))
     verdict = min((state for state, _ in findings), key=ORDER.index)
     return Carry(task, verdict, tuple(text for _, text in findings))
 

@@ -1,7 +1,9 @@
 """`relaxtui tune`: from eval summaries to a plain recommendation (pure; the command prints it).
 
 Order of advice follows the paper: first the best *strict* draft length (lossless speed), then which relaxed
-settings beat it on speed while losing at most ``max_drop`` accuracy points. Speed is the priced speed-up under
+settings beat it — and the verifier alone: "faster" is always above 1.0x too — on speed while losing at most
+``max_drop`` accuracy points. Every number is rendered by the table's own code (``report.delta_text``,
+``ratio_text``), so n/a in the table is n/a here. Speed is the priced speed-up under
 the primary cost profile (``this-machine``, the profile measured at the start, by default: stable on a noisy
 machine, where the wall clock is not), else the wall-clock one. Capability is the paired interval against the
 config's reference: a relaxed setting is recommended only when the interval's lower bound clears −max_drop; when
@@ -16,9 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from relaxtui.costmodel.pricing import break_even
 from relaxtui.costmodel.profiles import CostProfile
-from relaxtui.evals.report import ConfigSummary, pareto_front
-from relaxtui.evals.stats import PairedDifference, problems_to_resolve
+from relaxtui.display import WALL_CLOCK, priced_label
+from relaxtui.evals.drift import logprob_delta_text
+from relaxtui.evals.report import ConfigSummary, delta_text, pareto_front, ratio_text
+from relaxtui.evals.stats import MIN_INTERVAL_PROBLEMS, PairedDifference, problems_to_resolve
 
 FEW_PROBLEMS = 30  # below this, the advice carries a caveat about its intervals
 DEFAULT_MAX_DRIFT = 0.1  # nats/token: the bound an open-ended task is judged by when --max-drift is not given
@@ -39,12 +44,10 @@ def drift_needed(s: ConfigSummary, max_drift: float) -> int | None:
 
 
 def drift_text(s: ConfigSummary) -> str:
-    difference = drift_difference(s)
-    if difference is None:
+    """Δlogp as the drift table's cell shows it (n/a there is n/a here)."""
+    if drift_difference(s) is None:
         return ""
-    interval = difference.interval
-    bounds = "" if math.isnan(interval.low) else f" [{interval.low:+.3f}, {interval.high:+.3f}]"
-    return f", Δlogp {interval.mean:+.3f}{bounds} nats/token"
+    return f", Δlogp {logprob_delta_text(s.drift['verifier_logprob'])} nats/token"
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class Recommendation:
     task_size: int | None = None  # problems the task has in all: advice never asks for more
     max_drift: float | None = None  # nats/token of verifier log-prob a relaxed setting may lose (None: not judged)
     scored: bool = True  # False: an open-ended task, judged on drift alone
+    not_paying: tuple[ConfigSummary, ...] = ()  # relaxed settings faster than strict yet at most 1.0x: not "faster"
 
     def _bounds_text(self) -> str:
         accuracy = f"lose at most {self.max_drop:g} accuracy points" if self.scored else ""
@@ -88,6 +92,10 @@ class Recommendation:
             lines.append(f"2. relaxed settings faster than it that {self._bounds_text()} against their reference "
                          "(paired 95% interval):")
             lines += [f"   - {s.label} ({_numbers(s)})" for s in self.relaxed_winners]
+        elif self.not_paying and not self.unresolved:
+            lines.append("2. no relaxed setting pays either: " + ", ".join(
+                f"{s.label} ({_speed_text(s)})" for s in self.not_paying)
+                + " beat strict but not the verifier alone (1.0x)")
         else:
             lines.append(f"2. no relaxed setting is both faster and shown to {self._bounds_text()}")
         for item in self.unresolved:
@@ -119,21 +127,26 @@ class Recommendation:
 
 
 def _numbers(s: ConfigSummary) -> str:
+    """The config's numbers as its table row shows them (the same cells, so n/a there is n/a here)."""
     if not s.scored:
         return f"{drift_text(s).removeprefix(', ') or 'no drift measured'}, speed-up {_speed_text(s)}"
     text = f"accuracy {100 * s.accuracy:.1f}%"
     if s.delta is not None and s.delta.pairs:
-        interval = s.delta.interval
-        bounds = "" if math.isnan(interval.low) else f" [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
-        text += f", Δ vs {s.reference} {100 * interval.mean:+.1f}{bounds} on {s.delta.pairs} pairs"
+        text += f", Δ vs {s.reference} {delta_text(s)} on {s.delta.pairs} pairs"
     return text + drift_text(s) + f", speed-up {_speed_text(s)}"
 
 
 def _speed_text(s: ConfigSummary) -> str:
-    parts = [f"{value:.2f}x priced {name}" for name, value in s.proxy.items()]
+    parts = [f"{ratio_text(value)} {priced_label(name)}" for name, value in s.proxy.items()]
     if s.speedup is not None:
-        parts.append(f"{s.speedup:.2f}x wall-clock")
+        parts.append(f"{ratio_text(s.speedup)} {WALL_CLOCK}")
     return ", ".join(parts) or "-"
+
+
+def faster(s: ConfigSummary, reference: ConfigSummary | None, profile: str | None) -> bool:
+    """"Faster" means faster than the verifier alone (above 1.0x) and than ``reference`` (strict), both."""
+    speed = speed_of(s, profile)
+    return speed > 1.0 and (reference is None or speed > speed_of(reference, profile))
 
 
 def speed_of(s: ConfigSummary, profile: str | None) -> float:
@@ -181,11 +194,15 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
     best_strict = max(strict, key=lambda s: (speed_of(s, primary), s.accuracy), default=None)
     winners: list[ConfigSummary] = []
     unresolved: list[Unresolved] = []
+    not_paying: list[ConfigSummary] = []
     if best_strict is not None:
         for s in placed:
             if s.rule in (None, "strict") or speed_of(s, primary) <= speed_of(best_strict, primary) or s.delta is None:
                 continue
-            # resolved = the interval (its spread floored, so that a few tied pairs prove nothing) clears it
+            if not faster(s, best_strict, primary):
+                not_paying.append(s)
+                continue
+            # resolved = the table's own interval (Newcombe's for accuracy: tied pairs keep a width) clears it
             verdict = judge(s, max_drop=max_drop, max_drift=max_drift, scored=scored)
             if verdict is None:
                 winners.append(s)
@@ -196,11 +213,13 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
     front = [points[p] for p in pareto_front(list(points))]
     problems = max((s.problems for s in placed), default=0)
     caveats = []
-    if problems < 2:
-        caveats.append(f"only {problems} problem(s): no paired interval can be formed; rerun with a larger --limit")
+    if problems < MIN_INTERVAL_PROBLEMS:
+        caveats.append(f"only {problems} problem{'s' * (problems != 1)}: intervals need at least "
+                       f"{MIN_INTERVAL_PROBLEMS} and show n/a, so no relaxed setting can be shown to hold; rerun with "
+                       "a larger --limit")
     elif problems < FEW_PROBLEMS:
-        caveats.append(f"only {problems} problems: intervals over so few are rough, and pairs that all tie prove "
-                       "nothing (advice treats them as if one pair disagreed); rerun with a larger --limit")
+        caveats.append(f"only {problems} problems: intervals over so few are wide, and pairs that all tie still leave "
+                       "a wide interval (it is Newcombe's, which does not shrink to zero); rerun with a larger --limit")
     if profile is not None and primary is not None and profile.timing_stable is False:
         caveats.append(f"the timings behind profile {profile.name!r} stayed unstable when measured: these speed-ups "
                        "are rough, not a recommendation; measure again on an idle machine")
@@ -210,8 +229,7 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
         slower = (f"speculation does not pay here: the best strict config, {best_strict.label}, reaches "
                   f"{speed_of(best_strict, primary):.2f}x")
         if profile is not None:
-            slower += (f"; at N={best_strict.draft_max} it would need a mean accepted length of "
-                       f"{profile.break_even_length(best_strict.draft_max):.2f} to break even (it reached "
+            slower += (f"; {break_even(profile, best_strict.draft_max).need()} (it reached "
                        f"{best_strict.mean_accepted_length:.2f}); keep the verifier alone or a cheaper drafter")
     return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop, task_size,
-                          max_drift, scored)
+                          max_drift, scored, tuple(sorted(not_paying, key=lambda s: -speed_of(s, primary))))

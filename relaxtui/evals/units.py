@@ -11,13 +11,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished
-from relaxtui.decoding.loop import GenerationConfig
 from relaxtui.evals.degeneracy import is_degenerate
 from relaxtui.evals.drift import record_signals
 from relaxtui.evals.results import GridPoint
 from relaxtui.evals.tasks.base import Sample, Task
-from relaxtui.rules import Rule, make
+from relaxtui.rules import Rule
 
 if TYPE_CHECKING:
     from relaxtui.evals.runner import EvalPlan
@@ -98,8 +98,7 @@ def row_problem(prompt: list[int], n_ctx: int) -> str | None:
 
 
 def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule | None]:
-    rule = (make(unit.point.rule, unit.point.knob, temperature=plan.sampling.temperature or 1.0)
-            if unit.point.rule else None)
+    rule = plan.rule_at(unit.point)
     config = GenerationConfig(draft_max=unit.point.draft_max, max_tokens=plan.max_tokens, sampling=plan.sampling,
                               seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive,
                               stop=tuple(unit.sample.meta.get("stop", ())),  # a task file's stop strings

@@ -1,4 +1,5 @@
-"""Running untrusted generated code (SPEC §9): each program in its own sandbox, judged by its output.
+"""Running untrusted generated code (docs/architecture.md#running-generated-code): each program in its own sandbox,
+judged by its output.
 
 What is contained, where Linux allows it without root (probed once per process; :func:`protections` says what
 is active, :func:`missing_protections_line` what is not):

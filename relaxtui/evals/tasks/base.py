@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from relaxtui.display import type_name
-from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.files import open_regular
+from relaxtui.text import Message
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -57,7 +57,8 @@ THINK_UNCLOSED = re.compile(r"<think>.*", re.DOTALL | re.IGNORECASE)
 
 
 def strip_think(text: str) -> str:
-    """What the answer parsers see of a reply: thinking removed the way the paper's reproduction does (SPEC §5).
+    """What the answer parsers see of a reply: thinking removed the way the paper's reproduction does
+    (docs/protocols.md).
 
     graphcore-research/relaxed-spec-dec-repro, ``src/ens_spec_dec/tasks/_text.py``: every closed
     ``<think>…</think>`` block goes with the whitespace after it, then everything from a ``<think>`` that is

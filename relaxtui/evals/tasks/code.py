@@ -9,7 +9,7 @@ from relaxtui.evals.tasks.base import Sample, Score, Task, strip_think
 
 
 def extract_code(text: str) -> str | None:
-    """The text between the last two lines that start with ``` (SPEC §5); None when there is no block."""
+    """The text between the last two lines that start with ``` (docs/protocols.md); None when there is no block."""
     lines = strip_think(text).splitlines()
     fences = [i for i, line in enumerate(lines) if line.strip().startswith("```")]
     if len(fences) < 2:

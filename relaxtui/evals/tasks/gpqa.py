@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from relaxtui.engine.text import Message
 from relaxtui.evals.tasks.base import (
     Located,
     Sample,
@@ -26,6 +25,7 @@ from relaxtui.evals.tasks.base import (
     strip_think,
 )
 from relaxtui.evals.tasks.hub import load_hub_rows
+from relaxtui.text import Message
 
 SYSTEM = ("Here are some example questions from experts. Answer the question by selecting one of the provided "
           "choices.")

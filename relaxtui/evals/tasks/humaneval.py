@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.evals.sandbox import run_python
 from relaxtui.evals.tasks.base import Sample, Score, field_identifier, field_label, field_str, read_rows, require
 from relaxtui.evals.tasks.code import CodeTask
+from relaxtui.text import Message
 
 PROMPT = ("Complete the following Python function. Reply with the complete function (including the signature "
           "and any imports it needs) in a single ```python code block.\n\n```python\n{prompt}```")

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from relaxtui.engine.text import Message
 from relaxtui.evals.sandbox import run_python
 from relaxtui.evals.tasks.base import (
     Located,
@@ -29,6 +28,7 @@ from relaxtui.evals.tasks.base import (
 from relaxtui.evals.tasks.code import CodeTask, same_output
 from relaxtui.evals.tasks.hub import load_hub_rows
 from relaxtui.evals.tasks.lcb_data import decode_metadata, decode_tests
+from relaxtui.text import Message
 
 SYSTEM = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
           "generate a correct Python program that matches the specification and passes all tests.")

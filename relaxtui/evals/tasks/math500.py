@@ -1,6 +1,6 @@
 """MATH-500 (the 311 problems MMATH keeps): free-form answers, compared with math-verify (gold first).
 
-Prompt: the same step-by-step boxed-answer template as AIME (SPEC §5). Parse: the last ``\\boxed{}``, else
+Prompt: the same step-by-step boxed-answer template as AIME (docs/protocols.md). Parse: the last ``\\boxed{}``, else
 the text after the last answer marker. Data: evals/data (MIT, evals/DATA_CARD.md).
 """
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 MARKERS = re.compile(r"(?:final answer is|final answer|answer)\s*[:：]?\s*(.+)", re.IGNORECASE)
-INTEGER = re.compile(r"-?\d[\d,]*")
 FLAT_BOXED = re.compile(r"\\boxed\{([^{}]+)\}")
 SIGNED_DIGITS = re.compile(r"[-+]?\d+")
 
@@ -72,12 +71,3 @@ def normalise_integer(value: str) -> str | None:
     negative = value.startswith("-")
     digits = value.lstrip("-").lstrip("0") or "0"
     return f"-{digits}" if negative and digits != "0" else digits
-
-
-def last_integer(text: str) -> str | None:
-    matches = INTEGER.findall(text)
-    for candidate in reversed(matches):
-        normal = normalise_integer(candidate)
-        if normal is not None:
-            return normal
-    return None
