@@ -14,19 +14,34 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from relaxtui.decoding.config import MAX_DRAFT
-from relaxtui.decoding.sampling import MIN_TEMPERATURE
 from relaxtui.errors import UserError
 
 INT32_MAX = 2**31 - 1  # the C int llama.cpp takes for sizes, counts and threads
 SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63: numpy's SeedSequence refuses negatives; int64 everywhere else
+MAX_DRAFT = 64  # the longest draft a round verifies (an engine context reserves its output rows for this many + 1)
+MIN_TEMPERATURE = 1e-5  # below this (and above 0) logits / T overflow to inf and every draw is NaN: vLLM's epsilon
 _SHOWN = 40  # characters of a bad value quoted in a message
+T = TypeVar("T")
 
 
 class BadValue(UserError):
-    """A setting's value out of its range or of the wrong kind; the message names the setting."""
+    """A setting's value out of its range or of the wrong kind. The message is ``name`` then ``problem``: ``name`` is
+    the setting as the road that carried it spells it (``--seed``, ``settings.seed``), or as the option table names
+    it (``seed``, relaxtui.options) when a lower layer refuses it; a face then puts its own spelling in front of the
+    same ``problem`` (:meth:`spelled`: the flag on the command line, the request field in the server)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"{name} {problem}")
+        self.name, self.problem = name, problem
+
+    def __reduce__(self) -> tuple[type[BadValue], tuple[str, str]]:  # pickled (Ray) with both parts
+        return type(self), (self.name, self.problem)
+
+    def spelled(self, name: str) -> BadValue:
+        """The same refusal with the setting spelled as ``name``."""
+        return BadValue(name, self.problem)
 
 
 def quoted(text: str) -> str:
@@ -38,22 +53,44 @@ def _shown(value: object) -> str:
     return quoted(value) if isinstance(value, str) else repr(value)[:_SHOWN]
 
 
+class ArgType(Generic[T]):
+    """An argparse type: ``parse`` (text -> value; a refusal is an ArgumentTypeError naming the option) and the
+    ``check`` it applies, which a test compares with a file reader's; ``__name__`` is what argparse calls the type in
+    its messages."""
+
+    def __init__(self, parse: Callable[[str], T], name: str, check: Check) -> None:
+        self.parse, self.__name__, self.check = parse, name, check
+
+    def __call__(self, text: str) -> T:
+        return self.parse(text)
+
+
 class Whole:
     """A whole number in ``low..high`` (``high`` None: up to INT32_MAX, llama.cpp's C int); bools are not numbers."""
 
 
     def __init__(self, low: int, high: int | None = None) -> None:
         self.low, self.high = low, high
+        self.wider: Whole | None = None  # the range this one was narrowed from (see ``narrowed``)
 
     @property
     def cap(self) -> int:
         return INT32_MAX if self.high is None else self.high
 
+    def narrowed(self, low: int | None = None, high: int | None = None) -> Whole:
+        """A command's narrower range, stated from this one's bounds and never wider (eval's list of N starts at 1:
+        N = 0 is ``--no-spec`` there); ``wider`` keeps where it came from, for the tests that compare faces."""
+        narrow = Whole(self.low if low is None else low, self.high if high is None else high)
+        if narrow.low < self.low or narrow.cap > self.cap or narrow.low > narrow.cap:
+            raise ValueError(f"{narrow.low}..{narrow.cap} is not inside {self.low}..{self.cap}")
+        narrow.wider = self
+        return narrow
+
     def check(self, value: object, name: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise BadValue(f"{name} must be a whole number (got {_shown(value)})")
+            raise BadValue(name, f"must be a whole number (got {_shown(value)})")
         if not self.low <= value <= self.cap:
-            raise BadValue(f"{name} must be {self.span(value)} (got {_shown(value)})")
+            raise BadValue(name, f"must be {self.span(value)} (got {_shown(value)})")
         return value
 
     def span(self, value: int) -> str:
@@ -61,7 +98,7 @@ class Whole:
             return f"in {self.low}..{self.high}"
         return f">= {self.low}" if value < self.low else f"<= {self.cap}"
 
-    def option(self, name: str) -> Callable[[str], int]:
+    def option(self, name: str) -> ArgType[int]:
         """The argparse type: text -> int, then :meth:`check`; the message names the option."""
         def parse(text: str) -> int:
             try:
@@ -73,9 +110,7 @@ class Whole:
             except BadValue as exc:
                 raise argparse.ArgumentTypeError(str(exc)) from None
 
-        parse.__name__ = "whole number"
-        parse.check = self  # type: ignore[attr-defined]  # what a test compares with a file reader's check
-        return parse
+        return ArgType(parse, "whole number", self)
 
 
 class Seed(Whole):
@@ -95,7 +130,8 @@ class Seed(Whole):
             return super().check(value, name)
         except BadValue as exc:
             if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-                raise BadValue(f"{exc}: runs are reproducible, there is no llama.cpp-style random seed -1") from None
+                raise BadValue(name, f"{exc.problem}: runs are reproducible, there is no llama.cpp-style random seed "
+                                     "-1") from None
             raise
 
 
@@ -106,13 +142,13 @@ class Number:
 
     def __init__(self, *, low: float | None = None, high: float | None = None, low_open: bool = False,
                  high_open: bool = False, minus_inf: bool = False,
-                 extra: Callable[[float, str], str | None] | None = None) -> None:
+                 extra: Callable[[float], str | None] | None = None) -> None:
         self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
         self.minus_inf, self.extra = minus_inf, extra
 
     def check(self, value: object, name: str, shown: str | None = None) -> float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise BadValue(f"{name} must be a number (got {_shown(value)})")
+            raise BadValue(name, f"must be a number (got {_shown(value)})")
         try:
             number = float(value)
         except OverflowError:  # a JSON integer past any float
@@ -121,13 +157,13 @@ class Number:
         if self.minus_inf and number == -math.inf:
             return number
         if not math.isfinite(number):
-            raise BadValue(f"{name} must be a finite number (got {shown})")
+            raise BadValue(name, f"must be a finite number (got {shown})")
         below = self.low is not None and (number <= self.low if self.low_open else number < self.low)
         above = self.high is not None and (number >= self.high if self.high_open else number > self.high)
         if below or above:
-            raise BadValue(f"{name} must be {self.span()} (got {shown})")
-        if self.extra is not None and (problem := self.extra(number, name)):
-            raise BadValue(problem)
+            raise BadValue(name, f"must be {self.span()} (got {shown})")
+        if self.extra is not None and (problem := self.extra(number)):
+            raise BadValue(name, problem)
         return number
 
     def span(self) -> str:
@@ -137,7 +173,7 @@ class Number:
             return f"{'<' if self.high_open else '<='} {self.high:g}"
         return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
 
-    def option(self, name: str | None = None) -> Callable[[str], float]:
+    def option(self, name: str | None = None) -> ArgType[float]:
         """The argparse type: text -> float, then :meth:`check` (a flag is always finite: ``-inf`` is refused
         even where a file may hold it)."""
         def parse(text: str) -> float:
@@ -153,9 +189,7 @@ class Number:
             except BadValue as exc:
                 raise argparse.ArgumentTypeError(str(exc).strip()) from None
 
-        parse.__name__ = "number"
-        parse.check = self  # type: ignore[attr-defined]
-        return parse
+        return ArgType(parse, "number", self)
 
 
 def utf8_problem(text: str) -> str | None:
@@ -176,9 +210,9 @@ class Text:
 
     def check(self, value: object, name: str) -> str:
         if not isinstance(value, str):
-            raise BadValue(f"{name} must be a string (got {_shown(value)})")
+            raise BadValue(name, f"must be a string (got {_shown(value)})")
         if problem := utf8_problem(value):
-            raise BadValue(f"{name} {problem}")
+            raise BadValue(name, problem)
         return value
 
 
@@ -187,7 +221,7 @@ class Flag:
 
     def check(self, value: object, name: str) -> bool:
         if not isinstance(value, bool):
-            raise BadValue(f"{name} must be true or false (got {_shown(value)})")
+            raise BadValue(name, f"must be true or false (got {_shown(value)})")
         return value
 
 
@@ -200,13 +234,19 @@ class Maybe:
     def check(self, value: object, name: str) -> Any:
         return None if value is None else self.inner.check(value, name)
 
+    def option(self, name: str) -> ArgType[Any]:
+        """The inner setting's argparse type (a flag that is not given is the None)."""
+        if isinstance(self.inner, (Whole, Number)):
+            return self.inner.option(name)
+        raise TypeError(f"{name}: no flag type for {type(self.inner).__name__}")
+
 
 Check = Whole | Number | Text | Flag | Maybe
 
 
-def _temperature_floor(value: float, name: str) -> str | None:
+def _temperature_floor(value: float) -> str | None:
     if 0 < value < MIN_TEMPERATURE:
-        return f"{name} must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (got {value:g}: logits / T would overflow)"
+        return f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (got {value:g}: logits / T would overflow)"
     return None
 
 
@@ -220,7 +260,7 @@ KNOB = Maybe(Number(minus_inf=True))  # --alpha is finite; NAME:-inf (cascades' 
 MAX_TOKENS = Whole(1)
 DRAFT_MAX = Whole(0, MAX_DRAFT)  # N; 0 = verifier alone
 DRAFT_P_MIN = Number(low=0.0, high=1.0, high_open=True)
-CTX_SIZE = Whole(1)
+CTX_SIZE = Whole(16)  # tokens; the smallest context relaxtui opens (engine/llama.py refuses less)
 THREADS = Maybe(Whole(1))
 GPU_LAYERS = Whole(-1)
 PARALLEL = Whole(1)

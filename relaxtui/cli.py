@@ -7,7 +7,7 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from relaxtui._alloc import keep_large_allocations_on_heap
 from relaxtui.errors import NumericsError, UserError
@@ -35,7 +35,7 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         int_option,
         utf8_text,
     )
+    from relaxtui.display import knob_help
+    from relaxtui.options import MAX_TOKENS
 
     parser = _Parser(prog="relaxtui", description="Training-free relaxed speculative decoding on llama.cpp.")
     parser.add_argument("--version", action="version", version=f"relaxtui {version()}")
@@ -67,11 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(gen)
     add_sampling_options(gen)
     add_draft_options(gen)
-    gen.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=256,
-                     help="longest completion, in tokens")
+    MAX_TOKENS.add(gen, default=256)
     gen.add_argument("--no-spec", action="store_true", help="verifier alone (autoregressive baseline)")
     gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (see `relaxtui rules list`)")
-    gen.add_argument("--alpha", type=finite_float, default=None, help="the rule's knob")
+    gen.add_argument("--alpha", type=finite_float, default=None, help=knob_help())
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--thinking", choices=["on", "off"], default=None,
                      help="reasoning mode, for chat templates that have one (default: the template's own)")
@@ -174,7 +175,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        commands = ", ".join(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+        subcommands = parser._subparsers  # (argparse's own: the group holding the subcommands' action)
+        choices = subcommands._group_actions[0].choices if subcommands is not None else None
+        commands = ", ".join(choices or ())
         raise UserError(f"a command is needed: {commands} (relaxtui --help, relaxtui COMMAND --help)")
     return args
 
@@ -194,7 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = importlib.import_module(f"relaxtui.commands.{args.command}")
         return int(command.run(args))
     except UserError as exc:
-        print(f"relaxtui: error: {_one_line(exc)}", file=sys.stderr)
+        from relaxtui.options import as_flag  # a lower layer names a setting: the command line spells it as its flag
+
+        print(f"relaxtui: error: {_one_line(as_flag(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except NumericsError as exc:  # never an accept: the run stops and says where the number went bad
         print(f"relaxtui: numerical error: {_one_line(exc)}", file=sys.stderr)

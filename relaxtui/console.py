@@ -1,11 +1,17 @@
-"""Rendering for the plain terminal: verdict colours, the stats block, JSON lines. Formatting only."""
+"""Rendering for the plain terminal: verdict colours, the stats block, JSON lines, progress bars. Formatting only."""
 
 from __future__ import annotations
 
 import json
+import sys
+import time
 from dataclasses import fields
+from datetime import timedelta
+from typing import Any, TextIO
 
 from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent, Verdict
+from relaxtui.display import one_line
+from relaxtui.progress import Step
 
 # ANSI styles per verdict; verifier-only tokens keep the terminal's own colour.
 VERDICT_STYLE = {
@@ -72,3 +78,101 @@ def event_json(event: TokenEvent | Finished) -> str:
     else:
         data = {"type": "finished", "text": event.text, "metrics": event.metrics.as_dict()}
     return json.dumps(data, ensure_ascii=False)
+
+
+# -- progress of long commands (bench, tune, eval, models pair) ------------------------------------------------------
+def is_terminal(stream: TextIO | None) -> bool:
+    """Whether progress may be drawn on ``stream``: only a terminal (piped output, CI logs and tests stay clean)."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class ProgressDisplay:
+    """A rich progress bar on stderr (title, bar, done/total, elapsed, ETA, what runs now), fed the events the
+    computing code emits (``steps.Step``, or ``show`` from an adapter). Drawn only when ``enabled`` (a face's
+    ``--json`` turns it off) and the stream is a terminal; otherwise every call does nothing. Close it (or use it
+    as a context manager) so the terminal gets its cursor back."""
+
+    def __init__(self, title: str, *, enabled: bool = True, stream: TextIO | None = None) -> None:
+        self.title = title
+        self.stream = stream if stream is not None else sys.stderr
+        self.active = enabled and is_terminal(self.stream)
+        self._progress: Any = None
+        self._task: Any = None
+        self._last = time.monotonic()  # when the work began, then each event: a new phase starts from the last one
+        self._done = 0
+
+    def __enter__(self) -> ProgressDisplay:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def step(self, step: Step) -> None:
+        """The callback a computation takes (``OnStep``)."""
+        self.show(step.done, step.total, step.what)
+
+    def show(self, done: int, total: int | None, what: str = "", *, restart_at: int | None = None) -> None:
+        """``done`` of ``total`` finished, ``what`` runs now. ``restart_at``: a new phase begins (another total),
+        with that many finished before this process started on it (a resumed run): elapsed and ETA count anew."""
+        if not self.active:
+            return
+        what = one_line(what)  # file names and labels are outside text
+        now, started = time.monotonic(), self._last
+        self._last = now
+        if self._progress is None:
+            self._progress = _new_progress(self.stream)
+            self._progress.start()
+        if self._task is None:
+            self._task = self._progress.add_task(self.title, total=total, completed=done, base=restart_at or 0,
+                                                 started=started, done_at=now, status=what)
+        elif restart_at is not None:
+            self._progress.reset(self._task, total=total, completed=done, base=restart_at, started=started,
+                                 done_at=now, status=what)
+        else:
+            self._progress.update(self._task, total=total, completed=done, status=what,
+                                  **({"done_at": now} if done > self._done else {}))  # a step finished now
+        self._done = done
+        self._progress.refresh()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = self._task = None
+
+
+def _new_progress(stream: TextIO) -> Any:
+    """rich's Progress on ``stream`` (imported here: generate, which shows none, need not load it). Prints to
+    stderr while it is drawn go above the bar; stdout is left alone (it may be piped while stderr is not)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+    from rich.table import Column
+    from rich.text import Text
+
+    class Times(ProgressColumn):
+        """Elapsed since the phase began, and the ETA: the mean time of the steps this process finished in it
+        (``base``: those a resumed run had before it started) for each step left, counting down while one runs."""
+
+        def render(self, task: Any) -> Text:
+            now, fields = task.get_time(), task.fields
+            ran, left = task.completed - fields["base"], "-:--:--"
+            if task.total is not None and ran > 0:
+                per_step, steps = (fields["done_at"] - fields["started"]) / ran, max(0, task.total - task.completed)
+                seconds = max(per_step * (steps - 1), per_step * steps - (now - fields["done_at"]), 0.0)
+                left = str(timedelta(seconds=round(seconds)))
+            return Text(f"{timedelta(seconds=int(max(0.0, now - fields['started'])))} ETA {left}",
+                        style="progress.remaining")
+
+    class Status(ProgressColumn):
+        """What runs now: the one column that gives way (cut with an ellipsis) on a narrow terminal."""
+
+        def render(self, task: Any) -> Text:
+            return Text(task.fields["status"], no_wrap=True, overflow="ellipsis")  # text, never markup
+
+    def fixed() -> Column:
+        return Column(no_wrap=True)
+
+    console = Console(file=stream, force_terminal=True)
+    return Progress(TextColumn("[bold]{task.description}", table_column=fixed()), BarColumn(bar_width=20),
+                    MofNCompleteColumn(table_column=fixed()), Times(table_column=fixed()), Status(), console=console,
+                    redirect_stdout=False, redirect_stderr=True, refresh_per_second=2)

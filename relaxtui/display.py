@@ -2,7 +2,8 @@
 
 A run folder or a model file can hold newlines, terminal escape sequences or bytes that were not UTF-8; shown
 as they are they would forge lines of a report, a Markdown file or the terminal. Shared by the CLI and the
-reports (which must not import commands).
+reports (which must not import commands). Also the words every face shares: the names of speed verdicts, one
+vocabulary in generate, chat, serve, bench, eval and tune (issue 31).
 """
 
 from __future__ import annotations
@@ -46,3 +47,23 @@ def type_name(value: object, *, array: str = "a list", table: str = "an object")
     if isinstance(value, list | tuple):
         return array
     return table if isinstance(value, dict) else type(value).__name__
+
+
+# -- one vocabulary for speed verdicts: a speed-up is named by how it was obtained ----------------------------------
+WALL_CLOCK = "wall-clock"  # measured: tokens/s over the verifier alone's, both timed on this machine
+PREDICTED = "predicted"  # the cost model's forecast of a speed (bench's calibrated costs, --draft-max auto)
+PRICED = "priced"  # the cost model's price of the rounds that ran, under a named cost profile
+
+
+def priced_label(profile: str) -> str:
+    """A priced speed-up's name beside its number, as every table and sentence writes it: ``priced this-machine``."""
+    return f"{PRICED} {profile}"
+
+
+def knob_help() -> str:
+    """``--alpha``'s help where one knob is taken (generate, chat, serve): what happens when it is not given."""
+    from relaxtui.rules import RULES
+
+    optional = ", ".join(f"{name} {cls.knob_default:g}" for name, cls in RULES.items() if cls.knob_default is not None)
+    return (f"the rule's knob (default: the rule's own where it has one: {optional}; every other relaxed rule "
+            "needs one; ranges: `relaxtui rules list`)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -131,3 +132,19 @@ def _bytes(count: int) -> str:
         if count >= 1 << shift and count % (1 << shift) == 0:
             return f"{count >> shift} {unit}"
     return f"{count} bytes"
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``path`` whole or not at all, through a new temporary file renamed over it: a kill never leaves half
+    a file, and a symbolic link planted under the name is replaced, never followed into another file."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(payload)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -12,8 +12,8 @@ import argparse
 import time
 
 from relaxtui.decoding.events import Finished
-from relaxtui.engine.text import Message
 from relaxtui.session import ModelOptions
+from relaxtui.text import Message
 from relaxtui.tui.engine import ChatSettings, LlamaChatEngine
 
 QUESTIONS = (

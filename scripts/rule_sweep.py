@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 
 from relaxtui._alloc import keep_large_allocations_on_heap
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.rules import PAPER_GRID, make

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from relaxtui.decoding.events import Finished
-from relaxtui.engine.text import Message
 from relaxtui.session import ModelOptions
+from relaxtui.text import Message
 from relaxtui.tui.app import RelaxApp
 from relaxtui.tui.engine import ChatSettings, LlamaChatEngine
 

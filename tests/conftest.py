@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relaxtui.decoding.backend import FakeBackend, markov_logits
+from relaxtui.engine.fake import FakeBackend, markov_logits
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER, TEST_MODEL
 from relaxtui.models.store import models_dir
 
@@ -35,8 +35,9 @@ def fake(table: np.ndarray, **kwargs) -> FakeBackend:
 def first_token_counts(verifier, drafter, rule, sampling, vocab: int, runs: int) -> np.ndarray:
     """How often each token came first in ``runs`` seeded runs of the loop (N = 2, three tokens): what the Monte
     Carlo law tests compare with the exact first-token law."""
+    from relaxtui.decoding.config import GenerationConfig
     from relaxtui.decoding.events import TokenEvent
-    from relaxtui.decoding.loop import GenerationConfig, generate
+    from relaxtui.decoding.loop import generate
 
     counts = np.zeros(vocab)
     for seed in range(runs):

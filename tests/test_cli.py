@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from relaxtui.cli import main
+from relaxtui.decoding.drafters import DRAFT_KINDS
 from relaxtui.models import store
 from relaxtui.models.registry import MODEL_SETS
 from tests.test_models_store import make_packaged
@@ -29,15 +31,15 @@ def fails_with(capsys, argv, message):
         (["generate", "hi", "--top-p", "2"], "--top-p must be in (0, 1]"),
         (["generate", "hi", "--temperature", "-1"], "--temperature must be >= 0"),
         (["generate", "hi", "--max-tokens", "0"], "--max-tokens must be >= 1"),
-        (["generate", "hi", "--ctx-size", "8"], "--ctx-size must be at least 16"),
+        (["generate", "hi", "--ctx-size", "8"], "--ctx-size must be >= 16 (got 8)"),
         (["generate", "hi", "--rule", "nonsense"], "unknown rule 'nonsense'; known rules: strict"),
-        (["generate", "hi", "--draft-max", "three"], "invalid draft length: 'three' (a whole number or auto)"),
-        (["generate", "hi", "--draft-kind", "eagle"], "unknown drafter kind 'eagle'; known: model, ngram, mtp"),
+        (["generate", "hi", "--draft-max", "three"], "--draft-max must be a whole number or auto (got 'three')"),
+        (["generate", "hi", "--draft-kind", "eagle"], f"unknown drafter kind 'eagle'; known: {', '.join(DRAFT_KINDS)}"),
         (["generate", "hi", "--draft-kind", "mtp"], "has no MTP layers (qwen2.nextn_predict_layers is 0)"),
-        (["generate", "hi", "--draft-min", "5"], "--draft-min must be in 0..--draft-max (3)"),
+        (["generate", "hi", "--draft-min", "5"], "--draft-min must be in 0..3, the draft length (got 5)"),
         (["generate", "hi", "--draft-p-min", "1.5"], "--draft-p-min must be in [0, 1)"),
-        (["bench", "--draft-max", "0"], "--draft-max must be in 1..16"),
-        (["bench", "--n-max", "17"], "--draft-max must be in 1..16"),
+        (["bench", "--draft-max", "0"], "--draft-max must be in 1..64 (got 0)"),
+        (["bench", "--n-max", "65"], "--draft-max must be in 1..64 (got 65)"),
         (["models", "quantize", "a.gguf", "b.gguf", "--type", "q9_9"], "unknown quantisation type 'q9_9'"),
         (["bogus"], "invalid choice: 'bogus'"),
         (["models", "install-default", "--set", "huge"], "unknown model set 'huge'"),
@@ -146,7 +148,8 @@ def test_chat_with_a_missing_or_invalid_model_fails_before_the_screen_opens(caps
 def test_bench_takes_draft_max_like_every_other_command():
     from relaxtui.cli import build_parser
 
-    assert build_parser().parse_args(["bench", "--draft-max", "2"]).n_max == 2
+    assert build_parser().parse_args(["bench", "--draft-max", "2"]).draft_max == 2
+    assert build_parser().parse_args(["bench", "--n-max", "64"]).draft_max == 64  # the table's top, as everywhere
 
 
 @pytest.mark.model
@@ -191,3 +194,52 @@ def test_event_json_writes_every_field_of_a_token_event():
     expected.update(verdict="resampled", statistic={"kl": 0.2, "h": 1.5}, type="token")
     assert line == expected
     assert line["round"]["llama_s"] == 0.039 and line["top_p"] == [[1, 0.5], [2, 0.25]] and line["text"] == "é\n"
+
+
+def test_profiles_list_names_this_machine_and_says_whether_it_is_measured_here(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["profiles", "list"]) == 0
+    out = capsys.readouterr().out
+    names = [line.split()[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert "this-machine" in names and "paper-gb200" in names and names[-1] == "FILE"
+    assert "not measured yet: no run folder under ./results/" in out and "DIR/measured-profile.json" in out
+    for task in ("math500", "tune-aime/ngram"):
+        folder = tmp_path / "results" / task
+        folder.mkdir(parents=True)
+        (folder / "measured-profile.json").write_text("{}", encoding="utf-8")
+    newest = tmp_path / "results" / "tune-aime" / "ngram" / "measured-profile.json"
+    os.utime(newest, (2e9, 2e9))
+    assert main(["profiles", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "measured here: 2 run folders under ./results/" in out and "not measured" not in out
+    assert "newest: `relaxtui profiles show results/tune-aime/ngram/measured-profile.json`" in out
+
+
+def test_every_face_names_a_speed_up_with_the_same_words():
+    """wall-clock (timed), predicted (the cost model's forecast), priced P (the rounds that ran, priced by profile
+    P): bench's table, eval's table and tune's advice take them from one module."""
+    from relaxtui.commands.bench import render
+    from relaxtui.costmodel.bench import BenchResult, BenchRun
+    from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
+    from relaxtui.evals.report import columns
+
+    run = BenchRun(2, 10.0, 0.8, 0.82, 0.7, 2.4, 3.1, 0.02, 100, proxy_speedup={"paper-gb200": 1.4}, best=True)
+    costs = {"verify_s": [0.024], "draft_s": [0.01], "resync_extra_s": 0.0, "emit_s": 0.0001, "stable": True,
+             "spread": 0.04}
+    header = next(line for line in render(BenchResult(0.024, 0.01, 0.4, [1.0], costs, 12.5, 0.02, [run], 100.0,
+                                                      "model"), "v.gguf", "d.gguf").splitlines()
+                  if line.lstrip().startswith("N "))
+    assert header.split()[2:4] == [WALL_CLOCK, PREDICTED] and header.rstrip().endswith(priced_label("paper-gb200"))
+    assert [WALL_CLOCK, priced_label("this-machine")] == [name for name in columns(["this-machine"])
+                                                          if name in (WALL_CLOCK, priced_label("this-machine"))]
+    assert priced_label("this-machine") == "priced this-machine" and "proxy" not in " ".join(columns(["x"]))
+    # generate's line after a reply prices the rounds that ran: "priced", not "predicted"
+    from relaxtui.costmodel.auto import slower_line
+    from relaxtui.costmodel.calibrate import LoopCosts
+    from relaxtui.costmodel.pricing import Rounds
+
+    costs = LoopCosts(verify_s=(0.010, 0.016, 0.022, 0.028), draft_s=(0.004, 0.008, 0.012), resync_extra_s=0.002,
+                      emit_s=0.0005, verifier_decode_s=0.0095, drafter_decode_s=0.0038)
+    line = slower_line(costs, 3, 1.5, Rounds.of([3] * 10, 15))
+    assert line.startswith("speculation was slower than the verifier alone here (") and "x priced this-machine)" in line
+    assert PREDICTED not in line

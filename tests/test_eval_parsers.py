@@ -1,4 +1,4 @@
-"""Answer parsers on realistic model outputs, for every task (SPEC §5 parse orders).
+"""Answer parsers on realistic model outputs, for every task (docs/protocols.md parse orders).
 
 AIME, GPQA and LiveCodeBench read answers exactly as the paper's public reproduction does
 (graphcore-research/relaxed-spec-dec-repro; evals/DATA_CARD.md, "Parsing conventions"). Their cases are data,

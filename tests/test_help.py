@@ -87,3 +87,18 @@ def test_generate_takes_name_colon_knob(capsys):
     assert "unknown rule 'nope'" in capsys.readouterr().err
     assert main(["generate", "hi", "--rule", "mentored:2"]) == 2  # the knob is validated like --alpha
     assert "out of range for 'mentored'" in capsys.readouterr().err
+
+
+WITH_ALPHA = [path for path, parser in ALL if any("--alpha" in a.option_strings for a in parser._actions)]
+
+
+@pytest.mark.parametrize("path", WITH_ALPHA, ids=lambda path: " ".join(path))
+def test_alpha_says_what_it_is_when_not_given(path):
+    """--alpha has no single default (each rule has its own knob): every command that takes it says so in --help."""
+    parser = dict(ALL)[path]
+    action = next(a for a in parser._actions if "--alpha" in a.option_strings)
+    text = " ".join(parser.format_help().split())
+    assert "default" in (action.help or "") or "(default: " in text, path
+    if action.nargs is None:  # generate, chat, serve: one knob, the rule's own when not given
+        assert "the rule's knob (default: the rule's own where it has one: typical 0.09; every other relaxed rule " \
+               "needs one; ranges: `relaxtui rules list`)" in text

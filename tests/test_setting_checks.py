@@ -22,11 +22,14 @@ from relaxtui.evals.identity import RunIdentity
 from relaxtui.evals.results import MANIFEST, MANIFEST_CHECKS, read_manifest
 from relaxtui.evals.runner import EvalPlan
 from relaxtui.evals.tasks import get
+from relaxtui.options import SETTINGS, SPECULATIVE, TOP_K, Setting
+from relaxtui.serve.body import ApiError
+from relaxtui.serve.protocol import TOP_K_OFF, Speculative, parse_request
 from relaxtui.session import ModelOptions
 from relaxtui.tui.app import RelaxApp
 from relaxtui.tui.engine import SETTING_CHECKS, ChatSettings, ModelInfo
 from relaxtui.tui.save import SavedChat, Turn, chat_document
-from tests.test_options import NOT_FINITE, NOT_UTF8, TOO_BIG, find
+from tests.test_options import NOT_FINITE, NOT_UTF8, SERVE_DEFAULTS, TOO_BIG, find
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -182,3 +185,36 @@ def test_every_manifest_field_a_flag_sets_is_refused_as_the_flag_refuses_it(caps
     assert main(["eval", "report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / MANIFEST}: field {field!r} " in err and "Traceback" not in err, err
+
+
+# -- the request fields (issue 32) -------------------------------------------------------------------------------------
+REQUEST_SETTINGS = {setting.name: setting.check for setting in SETTINGS.values() if setting.field}
+
+
+def request_text(setting: Setting, value: str) -> str:
+    """A valid chat request whose field for ``setting`` is the raw JSON ``value``."""
+    marker = "\u2603MARK\u2603"
+    body: dict[str, object] = {"messages": [{"role": "user", "content": "x"}]}
+    inner = body.setdefault("speculative", {}) if setting.field.startswith("speculative.") else body  # type: ignore[union-attr]
+    inner[setting.key] = marker  # type: ignore[index]
+    return json.dumps(body).replace(json.dumps(marker), value)
+
+
+def test_the_request_fields_are_the_tables_and_cover_what_the_server_reads():
+    assert {s.field for s in SETTINGS.values() if s.field} == {
+        "temperature", "top_k", "top_p", "seed", "max_tokens", "speculative.rule", "speculative.alpha",
+        "speculative.draft_max", "speculative.draft_kind"}
+    assert {s.key for s in SPECULATIVE} == set(dataclasses.asdict(Speculative()).keys()) - {"knob"} | {"alpha"}
+
+
+@pytest.mark.parametrize("setting,value", walk(REQUEST_SETTINGS))
+def test_every_request_field_is_refused_as_its_flag_refuses_it(setting, value):
+    """The flag walks' bad values, sent as the setting's request field: a 400 naming the field (``TOP_K_OFF``, -1,
+    is how the server spells top-k off, so it is not a bad value there)."""
+    entry = SETTINGS[setting]
+    if entry is TOP_K and json.loads(value) == TOP_K_OFF:
+        return
+    body = json.loads(request_text(entry, value))  # Python's json reads NaN/Infinity; the server's reader does not
+    with pytest.raises(ApiError) as raised:
+        parse_request(body, chat=True, defaults=SERVE_DEFAULTS, n_vocab=16)
+    assert raised.value.param == entry.field and raised.value.message.startswith(f"{entry.field}: "), raised.value

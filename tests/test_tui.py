@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -533,7 +534,7 @@ def test_break_even_is_shown_only_below_it_by_the_cost_model():
     assert float(text.split("priced (this machine) ")[1].split("x")[0]) >= 1.0
     # mean length 2.0 (below): slower by the model, and the line names N and the length it needs
     panel, text = _stats_lines(cost, [3, 3], [1, 1], tokens_per_s=150.0)
-    needed = break_even_length(cost, 3)
+    needed = break_even_length(cost, 3).length
     assert panel.counters.mean_accepted_length < needed
     assert f"break-even at N=3: length {needed:.2f}" in text
     assert float(text.split("priced (this machine) ")[1].split("x")[0]) < 1.0
@@ -568,13 +569,13 @@ async def _saved_chat(tmp_path) -> tuple[RelaxApp, Path]:
     return app, next(tmp_path.glob("chat-*.json"))
 
 
-def _resumed_app(monkeypatch, path) -> RelaxApp:
-    """What `relaxtui chat --fake --resume PATH` builds, captured instead of opening the screen."""
+def _resumed_app(monkeypatch, path, *flags: str) -> RelaxApp:
+    """What `relaxtui chat --fake --resume PATH FLAGS...` builds, captured instead of opening the screen."""
     from relaxtui.cli import main
 
     built = []
     monkeypatch.setattr(RelaxApp, "run", lambda self: built.append(self))
-    assert main(["chat", "--fake", "--resume", str(path)]) == 0
+    assert main(["chat", "--fake", "--resume", str(path), *flags]) == 0
     (app,) = built
     return app
 
@@ -603,6 +604,7 @@ async def test_resume_restores_transcript_settings_and_continues_the_conversatio
                                                                      partial=True).color
         assert "first question" in str(app.query("UserMessage").first().render())
         assert app.query_one(StatsPanel).counters.rounds == original.last_metrics.rounds
+        assert _notes(app, "resumed chat") == [f"resumed {path} with its saved settings"]
         await pilot.click("#prompt")
         await pilot.press(*"and then?", "enter")
         await wait_until(pilot, lambda: len(app.turns) == 4 and not app.generating)
@@ -622,6 +624,81 @@ async def test_resume_switches_to_the_saved_drafter_and_names_a_different_verifi
         assert app.engine.drafter_name == app.settings.drafter == "ngram"
         notes = [n.message for n in app._notifications]
         assert any("saved with verifier other-verifier.gguf; it continues with fake-verifier" in n for n in notes)
+
+
+def _notes(app: RelaxApp, title: str) -> list[str]:
+    return [n.message for n in app._notifications if n.title == title]
+
+
+async def test_flags_typed_with_resume_override_the_saved_settings_and_the_chat_says_which(tmp_path, monkeypatch):
+    original, path = await _saved_chat(tmp_path)  # cactus 1, seed 5, T 0.8, top-k 12, 30 tokens
+    # --seed 0 and --temperature 0.6 are the defaults: typed, they still override (typed is not "differs")
+    app = _resumed_app(monkeypatch, path, "--rule", "mentored", "--alpha", "0.5", "--seed", "0",
+                       "--temperature", "0.6")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.ready)
+        assert app.settings == replace(original.settings, rule="mentored", knob=0.5, seed=0, temperature=0.6)
+        assert _notes(app, "resumed chat") == [
+            f"resumed {path}; --rule mentored, --alpha 0.5, --seed 0, --temperature 0.6 override the saved settings"]
+        await pilot.click("#prompt")
+        await pilot.press(*"and then?", "enter")
+        await wait_until(pilot, lambda: len(app.turns) == 4 and not app.generating)
+    assert app.turns[-1].settings == app.settings and app.turns[1].settings == original.settings
+
+
+async def test_a_knob_or_drafter_typed_with_resume_keeps_the_other_saved_settings(tmp_path, monkeypatch):
+    original, path = await _saved_chat(tmp_path)
+    document = json.loads(path.read_text())
+    document["settings"]["drafter"] = "ngram"  # saved with prompt lookup: --drafter none must win over it
+    path.write_text(json.dumps(document))
+    app = _resumed_app(monkeypatch, path, "--alpha", "0.25", "--drafter", "none")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.ready)
+        assert app.settings == replace(original.settings, knob=0.25, drafter="none")  # still cactus
+        assert app.engine.drafter_name == "none"
+        assert _notes(app, "resumed chat")[0] == (  # then the model notice: saved with fake-drafter
+            f"resumed {path}; --alpha 0.25, --drafter none override the saved settings")
+
+
+def test_every_settings_flag_is_seen_as_typed_whatever_adds_it():
+    """The chat's own options, the shared model and sampling groups, an option table: each flag that can override a
+    resumed chat's setting records itself when typed, and nothing is recorded when nothing is typed."""
+    from relaxtui.cli import parse
+    from relaxtui.commands.chat import OVERRIDES, TYPED
+
+    typed = ["--rule", "cactus", "--alpha", "1", "--draft-max", "2", "--max-tokens", "9", "--thinking", "on",
+             "--temp", "0.6", "--top-k", "20", "--top-p", "0.95", "--seed", "0", "-md", "none", "--draft-kind", "ngram"]
+    args = parse(["chat", "--fake", "--resume", "x.json", *typed])
+    assert set(OVERRIDES) <= set(getattr(args, TYPED))
+    assert getattr(args, TYPED)["temperature"] == "--temp 0.6" and getattr(args, TYPED)["alpha"] == "--alpha 1"
+    assert getattr(parse(["chat", "--fake"]), TYPED) == {}
+
+
+async def test_a_bad_flag_typed_with_resume_is_one_line_before_the_screen(tmp_path, monkeypatch, capsys):
+    from relaxtui.cli import main
+
+    _, path = await _saved_chat(tmp_path)
+
+    def no_screen(self):  # noqa: ANN001
+        raise AssertionError("the UI opened")
+
+    monkeypatch.setattr(RelaxApp, "run", no_screen)
+    assert main(["chat", "--fake", "--resume", str(path), "--alpha", "-1"]) == 2  # cactus needs delta >= 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("relaxtui: error: ") and "cactus" in err, err
+
+
+async def test_save_names_the_transcripts_folder_as_an_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # transcripts/ is relative to the folder the chat started from
+    app = RelaxApp(FakeChatEngine(), ChatSettings(drafter="fake-drafter", max_tokens=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "where did it go?")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: bool(_notes(app, "chat saved")))
+    folder = (tmp_path / "transcripts").resolve()
+    saved = next(folder.glob("chat-*.json"))
+    assert _notes(app, "chat saved") == [f"saved {saved.with_suffix('.md').name} and {saved.name} in {folder} "
+                                         f"(reopen: relaxtui chat --resume {folder / saved.name})"]
 
 
 def test_saved_chat_round_trips_through_the_loader(tmp_path):

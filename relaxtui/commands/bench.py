@@ -7,30 +7,52 @@ import json
 import os
 import platform
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.commands.common import INT32_MAX, int_option, model_options, sampling, utf8_path, utf8_text
-from relaxtui.costmodel.bench import BENCH_PROMPTS, ROWS, BenchResult, run_bench
+from relaxtui.console import ProgressDisplay
+from relaxtui.costmodel.bench import (
+    BENCH_PROMPTS,
+    ROWS,
+    WORKLOADS,
+    BenchPrompts,
+    BenchResult,
+    BenchRun,
+    bench_prompts,
+    run_bench,
+)
 from relaxtui.costmodel.calibrate import LoopCosts
+from relaxtui.costmodel.measure import hardware_description, printable
 from relaxtui.costmodel.profiles import load_profile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE
-from relaxtui.decoding.loop import GenerationConfig
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
+from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
-from relaxtui.session import load_pair, prompt_tokens
+from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
+from relaxtui.progress import StepCounter
+from relaxtui.session import chat_template, conversation_tokens, load_pair
 
-MAX_BENCH_DRAFT = 16
 MAX_PARALLEL_KS = 32  # `--parallel K,K,...` entries
 MAX_REPEATS = 10_000  # --repeats and --passes: more is hours of timing, not a better estimate
+MAX_PROMPTS = 10_000  # --prompts: the first K of the source (its own size is checked when it is read)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--draft-max", "--n-max", type=int_option("--draft-max", 1, MAX_BENCH_DRAFT), default=5,
-                        dest="n_max", help="largest draft length N to run (N = 1..this)")
-    parser.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=96,
-                        help="tokens generated per prompt and config")
-    parser.add_argument("--prompts", type=int_option("--prompts", 1, len(BENCH_PROMPTS)), default=2,
-                        help="how many of the built-in prompts to run")
-    parser.add_argument("--prompt", type=utf8_text, action="append", default=[], help="your own prompt (repeatable)")
+    DRAFT_MAX.add(parser, check=SPECULATIVE_N, default=5, extra=("--n-max",), metavar="N_MAX",
+                  help="largest draft length N to run (N = 1..this)")
+    MAX_TOKENS.add(parser, default=96, help="tokens generated per prompt and config")
+    parser.add_argument("--prompts", type=int_option("--prompts", 1, MAX_PROMPTS), default=2,
+                        help=f"how many prompts to run: the first K of the workload, the prompt file or the "
+                             f"{len(BENCH_PROMPTS)} built-in ones")
+    parser.add_argument("--prompt", type=utf8_text, action="append", default=[],
+                        help="your own prompt (repeatable; default: the first --prompts built-in ones)")
+    parser.add_argument("--workload", choices=WORKLOADS, default=None,
+                        help="the prompts of a shipped workload instead: edit = code/JSON/YAML edits whose answer "
+                             f"restates the prompt ({WORKLOADS['edit']})")
+    parser.add_argument("--prompt-file", type=utf8_path, default=None, metavar="FILE",
+                        help="prompts from a file instead: one a line, or a .jsonl of {\"prompt\": ...} objects")
     parser.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=8,
                         help="repeats of each step timing")
     parser.add_argument("--passes", type=int_option("--passes", 1, MAX_REPEATS), default=2,
@@ -66,31 +88,29 @@ def k_list(text: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     if args.parallel_ks is not None:
         return run_parallel(args)
-    if not 1 <= args.n_max <= MAX_BENCH_DRAFT:
-        raise UserError(f"--draft-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
-    if not args.prompt and not 1 <= args.prompts <= len(BENCH_PROMPTS):
-        raise UserError(f"--prompts must be in 1..{len(BENCH_PROMPTS)} (got {args.prompts})")
+    source = prompt_source(args)  # a bad source: one line, before any model loads
     if args.max_tokens < 1 or args.repeats < 1 or args.passes < 1:
         raise UserError("--max-tokens, --repeats and --passes must be >= 1")
     if str(args.drafter).lower() == "none":
-        raise UserError("bench compares drafting against the verifier alone: give a --drafter or --draft-kind ngram")
+        raise UserError("bench compares drafting against the verifier alone: give a --drafter or a --draft-kind that "
+                        "needs none (ngram-simple, suffix, …)")
     profiles = [load_profile(spec) for spec in args.profile]
     for profile in profiles:  # a profile that cannot price N_max fails now, not after the runs
-        profile.round_cost_ms(args.n_max)
+        profile.round_cost_ms(args.draft_max)
     if args.save_profile is not None:
         check_writable(args.save_profile)
     options = model_options(args)
     params = sampling(args)
     pair = load_pair(options)
     try:
-        texts = args.prompt or BENCH_PROMPTS[: args.prompts]
-        prompts = [prompt_tokens(pair.verifier, text) for text in texts]
-        progress = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True)) if not args.json else None
-        result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.n_max, max_tokens=args.max_tokens,
-                           sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
-                           profiles=profiles, rows=args.rows, progress=progress or (lambda _: None))
+        prompts = tokens_of(pair.verifier, source)
+        with ProgressDisplay("bench", enabled=not args.json) as progress:  # a terminal's stderr only
+            result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.draft_max, max_tokens=args.max_tokens,
+                               sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
+                               profiles=profiles, rows=args.rows, progress=progress.step)
     finally:
         pair.close()
+    result = replace(result, settings={**result.settings, "prompts_from": source.source})
     drafter_name = pair.drafter_path.name if pair.drafter_path else result.drafter_kind
     if args.save_profile is not None:
         costs = LoopCosts(**result.costs)  # type: ignore[arg-type]
@@ -107,6 +127,17 @@ def run(args: argparse.Namespace) -> int:
         if not result.costs.get("stable", True):  # the file records it too (timing_stable, timing_spread)
             print(f"warning: its timings were unstable; {UNSTABLE_ADVICE} before pricing with it", file=sys.stderr)
     return 0
+
+
+def prompt_source(args: argparse.Namespace) -> BenchPrompts:
+    """The prompts the command line names: --prompt texts, --workload, --prompt-file or the built-in ones."""
+    return bench_prompts(texts=args.prompt, workload=args.workload, prompt_file=args.prompt_file, count=args.prompts)
+
+
+def tokens_of(verifier: LlamaModel, prompts: BenchPrompts) -> list[list[int]]:
+    """Each conversation through the verifier's chat template, as every face renders a chat."""
+    template = chat_template(verifier)
+    return [conversation_tokens(verifier, template, messages) for messages in prompts.conversations]
 
 
 def _whole_rows_lines(result: BenchResult) -> list[str]:
@@ -138,7 +169,7 @@ def check_writable(path: Path) -> None:
 
 def run_parallel(args: argparse.Namespace) -> int:
     """`bench --parallel K,K,...`: the same prompts with K sequences per context, interleaved over K and modes."""
-    from dataclasses import asdict, replace
+    from dataclasses import asdict
 
     from relaxtui.commands.generate import auto_draft_length
     from relaxtui.costmodel.parallel_bench import run_parallel_bench
@@ -147,34 +178,35 @@ def run_parallel(args: argparse.Namespace) -> int:
     ks = args.parallel_ks
     if not ks or any(k < 1 for k in ks):
         raise UserError(f"--parallel values must be >= 1 (got {','.join(map(str, ks)) or 'nothing'})")
-    if not 1 <= args.n_max <= MAX_BENCH_DRAFT:
-        raise UserError(f"--draft-max must be in 1..{MAX_BENCH_DRAFT} (got {args.n_max})")
     if args.max_tokens < 1 or args.passes < 1:
         raise UserError("--max-tokens and --passes must be >= 1")
-    if not args.prompt and not 1 <= args.prompts <= len(BENCH_PROMPTS):
-        raise UserError(f"--prompts must be in 1..{len(BENCH_PROMPTS)} (got {args.prompts})")
+    source = prompt_source(args)
     if args.profile or args.save_profile is not None:
         raise UserError("--profile and --save-profile go with the draft-length bench, not --parallel")
     options = replace(model_options(args), parallel=max(ks))
     params = sampling(args)
     pair = load_pair(options)
-    progress = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True)) if not args.json else None
+    display = ProgressDisplay("bench --parallel", enabled=not args.json)  # a terminal's stderr only
     try:
-        texts = args.prompt or BENCH_PROMPTS[: args.prompts]
-        prompts = [prompt_tokens(pair.verifier, text) for text in texts]
-        config = GenerationConfig(draft_max=args.n_max, max_tokens=args.max_tokens, sampling=params, seed=args.seed)
-        (progress or (lambda _: None))("choosing the best strict N for one sequence (calibration and a probe)")
+        prompts = tokens_of(pair.verifier, source)
+        config = GenerationConfig(draft_max=args.draft_max, max_tokens=args.max_tokens, sampling=params, seed=args.seed)
+        steps = StepCounter(2 + args.passes * len(set(ks)), display.step)  # run_parallel_bench: one step each line
+        steps.start("choosing the best strict N for one sequence (calibration and a probe)")
         choice = auto_draft_length(pair, prompts[0], config, Strict())
-        n = min(choice.best_speculative, args.n_max) if choice is not None else 0
+        n = min(choice.best_speculative, args.draft_max) if choice is not None else 0
+        steps.add(args.passes * len(set(ks)) if n else 0)  # strict beside the verifier alone at each K
         runs = run_parallel_bench(pair.verifier, pair.drafter if n else None, prompts, ks=sorted(set(ks)),
                                   draft_max=n, max_tokens=args.max_tokens, sampling=params, seed=args.seed,
-                                  passes=args.passes, progress=progress or (lambda _: None))
+                                  passes=args.passes, progress=steps.start)
+        steps.finish()
     finally:
+        display.close()
         pair.close()
     settings = {"prompts": len(prompts), "passes": args.passes, "max_tokens": args.max_tokens,
                 "temperature": params.temperature, "seed": args.seed, "ctx_size": options.ctx_size,
                 "verifier": pair.verifier_path.name,
-                "drafter": pair.drafter_path.name if pair.drafter_path else options.draft_kind}
+                "drafter": pair.drafter_path.name if pair.drafter_path else options.draft_kind,
+                "prompts_from": source.source}
     if args.json:
         print(json.dumps({"parallel": [asdict(r) for r in runs], "settings": settings}))
     else:
@@ -200,25 +232,6 @@ def render_parallel(runs: list, settings: dict[str, object]) -> str:  # type: ig
     return "\n".join(lines)
 
 
-def hardware_description() -> str:
-    """CPU model and core count, for a saved profile's `hardware` field."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return printable(f"{model}, {os.cpu_count()} cores (llama.cpp CPU)")
-
-
-def printable(text: str, limit: int = 200) -> str:
-    """Machine-reported text (host name, /proc/cpuinfo, file names) as a saved profile may hold it: printable
-    characters only, cut at ``limit`` — so `--profile` reads back what `--save-profile` wrote."""
-    return "".join(ch for ch in text if ch.isprintable())[:limit]
-
-
 def slower_line(result: BenchResult) -> str | None:
     """One line when speculation does not beat the verifier alone here, with what it would take; or when the
     wall clock and the cost model disagree about it (a busy machine during the run). None without a best N."""
@@ -226,15 +239,22 @@ def slower_line(result: BenchResult) -> str | None:
     if best is None or (best.speedup >= 1.0 and best.predicted_speedup >= 1.0):
         return None
     need = ""
-    if best.mean_accepted_length < best.break_even_length:  # a break-even is shown only when the run is below it
-        need = (f"; at N={best.n} it would need a mean accepted length of {best.break_even_length:.2f} to break even "
-                f"(it reached {best.mean_accepted_length:.2f})")
+    if best.break_even.below(best.mean_accepted_length):  # a break-even is shown only when the run is below it
+        need = f"; {best.break_even.need()} (it reached {best.mean_accepted_length:.2f})"
     if best.speedup >= 1.0:
         return (f"wall-clock and predicted disagree: best N={best.n} wall-clock {best.speedup:.2f}x the verifier "
                 f"alone but the calibrated costs predict {best.predicted_speedup:.2f}x{need}; was the machine busy? "
                 "rerun with more --passes")
     return (f"speculation is slower than the verifier alone here: best N={best.n} wall-clock {best.speedup:.2f}x "
             f"(predicted {best.predicted_speedup:.2f}x){need}")
+
+
+def break_even_cell(run_: BenchRun) -> str:
+    """The table's break-even: shown only where the run is below it; "never" where no rate makes N pay here."""
+    even = run_.break_even
+    if not even.below(run_.mean_accepted_length):
+        return f"{'–':>10}"
+    return f"{even.length:10.3f}" if even.length is not None else f"{'never':>10}"
 
 
 def _calibration_line(costs: dict[str, object]) -> str:
@@ -252,7 +272,7 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
     verify = " ".join(f"{1e3 * x:.1f}" for x in costs["verify_s"])  # type: ignore[union-attr]
     draft = " ".join(f"{1e3 * x:.1f}" for x in costs["draft_s"])  # type: ignore[union-attr]
     profile_names = list(result.runs[0].proxy_speedup) if result.runs else []
-    priced = [f"priced ({name[:20]})" for name in profile_names]
+    priced = [priced_label(name[:20]) for name in profile_names]
     width = max((len(p) for p in priced), default=0)
     baseline = "" if result.baseline_stable else f"  UNSTABLE: {result.baseline_unstable_reason}"
     lines = [
@@ -268,31 +288,32 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         f"share {result.baseline_python_share:.1%}; host {result.baseline_host_ms_per_round:.2f} ms and "
         f"{result.baseline_copied_bytes_per_round / 1024:.1f} KiB copied per token){baseline}",
         "",
-        f"{'N':>3} {'tok/s':>7} {'wall-clock':>10} {'predicted':>9} {'error':>6} {'accept':>7} {'mean len':>8} "
+        f"{'N':>3} {'tok/s':>7} {WALL_CLOCK:>10} {PREDICTED:>9} {'error':>6} {'accept':>7} {'mean len':>8} "
         f"{'break-even':>10} {'python':>7} {'host ms':>7} {'KiB/rnd':>7}" + "".join(f" {p:>{width}}" for p in priced),
     ]
     for run_ in result.runs:
         mark = "  <- best" if run_.best else ("  unstable" if not run_.stable else "")
         proxies = "".join(f" {run_.proxy_speedup[name]:{width - 1}.3f}x" for name in profile_names)
-        below = run_.mean_accepted_length < run_.break_even_length
-        even = f"{run_.break_even_length:10.3f}" if below else f"{'–':>10}"
+        even = break_even_cell(run_)
         lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:9.3f}x {run_.predicted_speedup:8.3f}x "
                      f"{run_.prediction_error:+6.3f} {run_.acceptance_rate:7.3f} {run_.mean_accepted_length:8.3f} "
                      f"{even} {run_.python_share:6.1%} {run_.host_ms_per_round:7.2f} "
                      f"{run_.copied_bytes_per_round / 1024:7.1f}{proxies}{mark}")
     settings = ", ".join(f"{k}={v}" for k, v in result.settings.items())
     lines += ["", f"peak RSS  {result.peak_rss_mb:.0f} MiB   ({settings})",
-              "wall-clock = tokens/s over the verifier alone's, both timed in this run on this machine (interleaved, "
-              "same prompts and seeds)",
-              "predicted = this machine's calibrated costs pricing each run's own rounds, against the verifier alone "
-              "priced the same way (error = predicted - wall-clock)"]
+              f"{WALL_CLOCK} = tokens/s over the verifier alone's, both timed in this run on this machine "
+              "(interleaved, same prompts and seeds)",
+              f"{PREDICTED} = this machine's calibrated costs pricing each run's own rounds, against the verifier "
+              f"alone priced the same way (error = {PREDICTED} - {WALL_CLOCK})"]
     if priced:
-        lines.append("priced (P) = the same rounds priced under cost profile P, against the verifier alone under P")
+        lines.append(f"{priced_label('P')} = the same rounds priced under cost profile P, against the verifier "
+                     "alone under P")
     lines.append("host ms = the loop's own time per round outside llama.cpp (Python, numpy, ctypes); KiB/rnd = logits "
                  "and hidden rows both models copied out of llama.cpp per round")
     lines += _whole_rows_lines(result)
     lines.append("break-even = the mean accepted length N needs to match the verifier alone here (shown only where "
-                 "the run is below it); the best N is the highest wall-clock speed-up among the stable Ns")
+                 "the run is below it; never = no acceptance rate makes N pay on this machine, as N drafts yield at "
+                 "most N+1 tokens a round); the best N is the highest wall-clock speed-up among the stable Ns")
     for run_ in result.runs:
         if not run_.stable:
             lines.append(f"N={run_.n} unstable: {run_.unstable_reason}; {UNSTABLE_ADVICE}")

@@ -7,23 +7,26 @@ traceback (numpy refusing a negative seed, ``str.encode`` in the tokenizer, ``pr
 NaN in a result. Every value is checked here, at parse time, so bad input is one line and exit code 2 before
 any model loads. A type raises ``argparse.ArgumentTypeError``; a message that starts with the option's name is
 shown as is (``relaxtui.cli._Parser`` drops argparse's "argument --x:" prefix), the others after that prefix.
-A setting that a file carries too (a saved chat's seed, a manifest's temperature) takes its type from its one
-check in ``relaxtui.checks`` (``checks.SEED.option("--seed")``), which the file's reader calls as well.
+A setting that a file or a request carries too (a saved chat's seed, a manifest's temperature, a request's
+``speculative.draft_max``) is added from its one entry in the option table (``relaxtui.options``: ``SEED.add(group)``),
+whose check the file's and the request's readers call as well.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from relaxtui import checks
+from relaxtui import checks, options
 from relaxtui.checks import INT32_MAX, utf8_problem
 from relaxtui.checks import quoted as _quoted
+from relaxtui.decoding.config import BONUS_POLICIES, GenerationConfig
 from relaxtui.decoding.drafters import drafter_kind
-from relaxtui.decoding.loop import BONUS_POLICIES, MAX_DRAFT, GenerationConfig
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
+from relaxtui.rules import RULES, Rule, make, split_spec
 from relaxtui.session import DRAFT_KINDS, ModelOptions
 
 _FINITE = checks.Number().option()
@@ -45,13 +48,14 @@ def float_option(name: str, *, low: float | None = None, high: float | None = No
                  high_open: bool = False) -> Callable[[str], float]:
     """A finite float in an interval (``low``/``high`` None = unbounded on that side; ``*_open`` excludes the
     bound); the message names the option: ``--top-p must be in (0, 1] (got 2)``. A setting a file carries too
-    uses its object in ``relaxtui.checks`` instead (``checks.TOP_P.option("--top-p")``)."""
+    is added from its entry in the option table instead (``relaxtui.options.TOP_P.add(group)``)."""
     return checks.Number(low=low, high=high, low_open=low_open, high_open=high_open).option(name)
 
 
 def int_option(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
     """A whole number in ``low..high`` (``high`` None: up to INT32_MAX, llama.cpp's C int); the message names the
-    option: ``--parallel must be >= 1 (got 0)``, ``--draft-max must be in 1..16 (got 17)``."""
+    option: ``--max-queue must be >= 0 (got -1)``, ``--port must be in 0..65535 (got 70000)``. A setting of the
+    option table (``relaxtui.options``) is added from its entry instead."""
     return checks.Whole(low, high).option(name)
 
 
@@ -88,17 +92,14 @@ def utf8_path(text: str) -> Path:
     return Path(utf8_text(text))
 
 
-def draft_length(text: str) -> int | str:
-    """A draft length in 0..MAX_DRAFT, or the word ``auto``."""
-    if text == "auto":
-        return text
+def draft_kind(text: str) -> str:
+    """A drafter kind the factory lists (``decoding.drafters.DRAFT_KINDS``): anything else is the factory's one line,
+    at parse time."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid draft length: {_quoted(text)} (a whole number or auto)") from None
-    if not 0 <= value <= MAX_DRAFT:
-        raise argparse.ArgumentTypeError(f"--draft-max must be in 0..{MAX_DRAFT} (got {value})")
-    return value
+        drafter_kind(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -107,17 +108,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="GGUF path or name in ggml_models/")
     group.add_argument("--drafter", "-md", type=utf8_text, default=DEFAULT_DRAFTER,
                        help="GGUF path or name in ggml_models/ ('none' = verifier alone)")
-    group.add_argument("--draft-kind", type=utf8_text, default="model", help=f"drafter kind: {', '.join(DRAFT_KINDS)}")
-    group.add_argument("--ngram-min", type=checks.NGRAM.option("--ngram-min"), default=1,
-                       help="smallest n-gram the ngram drafter matches")
-    group.add_argument("--ngram-max", type=checks.NGRAM.option("--ngram-max"), default=3,
-                       help="largest n-gram the ngram drafter matches")
-    group.add_argument("--ctx-size", "-c", type=checks.CTX_SIZE.option("--ctx-size"), default=4096,
-                       help="context window, in tokens (default 4096)")
-    group.add_argument("--threads", "-t", type=checks.THREADS.inner.option("--threads"), default=None,
-                       help="CPU threads for llama.cpp (default: every core)")
-    group.add_argument("--gpu-layers", "-ngl", type=checks.GPU_LAYERS.option("--gpu-layers"), default=0,
-                       help="layers to offload (-1 = all)")
+    group.add_argument("--draft-kind", type=draft_kind, default=options.DRAFT_KIND.default, metavar="KIND",
+                       help=f"{options.DRAFT_KIND.help}: {', '.join(DRAFT_KINDS)} (a kind that opens no model file "
+                            "needs no --drafter)")
+    for setting in (options.NGRAM_MIN, options.NGRAM_MAX, options.CTX_SIZE, options.THREADS, options.GPU_LAYERS):
+        setting.add(group)
 
 
 def add_task_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -129,36 +124,35 @@ def add_task_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGr
 
 
 def add_parallel_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument("--parallel", type=checks.PARALLEL.option("--parallel"), default=1, metavar="K",
-                        help="work units run at once, one sequence each in one context per model (--ctx-size is "
-                             "per sequence; default 1)")
+    options.PARALLEL.add(parser, metavar="K")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser, *, temperature: float = 0.6) -> None:
     group = parser.add_argument_group("sampling (applied to both models)")
-    group.add_argument("--temperature", "--temp", type=checks.TEMPERATURE.option("--temperature"), default=temperature,
-                       help=f"sampling temperature (0 = greedy; default {temperature:g})")
-    group.add_argument("--top-k", type=checks.TOP_K.option("--top-k"), default=20,
-                       help="keep the k likeliest tokens (0 = off)")
-    group.add_argument("--top-p", type=checks.TOP_P.option("--top-p"), default=0.95,
-                       help="nucleus mass to keep (1 = off)")
-    group.add_argument("--seed", type=seed, default=0,
-                       help="random seed, 0 <= seed < 2**63 (drafting and acceptance draws)")
+    options.TEMPERATURE.add(group, default=temperature,
+                            help=f"sampling temperature (0 = greedy; default {temperature:g})")
+    for setting in (options.TOP_K, options.TOP_P, options.SEED):
+        setting.add(group)
 
 
 def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = True) -> None:
     group = parser.add_argument_group("speculation")
     if with_length:
-        group.add_argument("--draft-max", "--spec-draft-n-max", "--draft", type=draft_length, default=3,
-                           dest="draft_max", help="draft length N, or `auto`: the N this machine's costs and a short "
-                           "acceptance estimate predict fastest (0 when speculation does not pay)")
-    group.add_argument("--draft-min", type=checks.DRAFT_MIN.option("--draft-min"), default=0,
-                       help="drop drafts shorter than this")
-    group.add_argument("--draft-p-min", type=checks.DRAFT_P_MIN.option("--draft-p-min"),
-                       default=0.0, help="stop drafting when the drafter's top probability is below this")
+        options.DRAFT_MAX.add(group, words=("auto",), extra=("--draft",),
+                              help="draft length N, or `auto`: the N this machine's costs and a short acceptance "
+                                   "estimate predict fastest (0 when speculation does not pay)")
+    for setting in (options.DRAFT_MIN, options.DRAFT_P_MIN):
+        setting.add(group)
     group.add_argument("--draft-adapt", action="store_true", help="grow/shrink N from recent acceptance")
     group.add_argument("--bonus", choices=BONUS_POLICIES, default="auto",
                        help="bonus token from p (target), the rule's target at N+1 (relaxed), or the rule's policy")
+
+
+def cli_rule(spec: str, knob: float | None, temperature: float = 1.0) -> Rule:
+    """The rule a command runs (``--rule NAME`` or ``NAME:KNOB``, ``--alpha``), built by the factory: the command
+    line's one place for it. ``temperature`` 0 (greedy) refuses a rule that cannot run greedy; a refusal names the
+    setting, which ``relaxtui.cli`` spells as its flag."""
+    return make(*split_spec(spec, knob), temperature=temperature)
 
 
 def model_options(args: argparse.Namespace, *, speculative: bool = True) -> ModelOptions:
@@ -169,7 +163,26 @@ def model_options(args: argparse.Namespace, *, speculative: bool = True) -> Mode
     return ModelOptions(args.verifier, drafter, args.ctx_size, args.threads, args.gpu_layers,
                         draft_kind=args.draft_kind, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
                         draft_p_min=getattr(args, "draft_p_min", 0.0), parallel=getattr(args, "parallel", 1),
-                        draft_max=_longest_draft(getattr(args, "draft_max", getattr(args, "n_max", None))))
+                        draft_max=_longest_draft(args.draft_max))
+
+
+def refuse_rules_without_logits(specs: Sequence[str], kind: str, flag: str = "--draft-kind") -> None:
+    """A rule that reads the drafter's logits, asked of a kind whose drafts carry none (its traits say so before
+    anything loads): one line now, not a refusal once the models are loaded (``decoding.round`` refuses it too)."""
+    if drafter_kind(kind).has_distribution:
+        return
+    for spec in specs:
+        name = split_spec(spec, None)[0]
+        if getattr(RULES.get(name), "needs_draft_logits", False):
+            raise UserError(f"--rule {spec}: rule {name!r} needs the drafter's logits, which {flag} {kind} drafts "
+                            "without (its drafts are tokens); use a model drafter")
+
+
+def drafts_without_file(kind: str) -> bool:
+    """Whether a drafter kind needs no ``--drafter`` file, as its traits say: it opens none (prompt lookup) or has a
+    ``--drafter`` value of its own (the verifier's MTP head)."""
+    traits = drafter_kind(kind)
+    return not traits.model_file or traits.own_name is not None
 
 
 def _longest_draft(value: object) -> int:

@@ -6,13 +6,11 @@ import argparse
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
-from relaxtui import checks
 from relaxtui.commands.common import (
     add_draft_options,
     add_parallel_option,
@@ -20,12 +18,13 @@ from relaxtui.commands.common import (
     finite_float,
     int_option,
     model_options,
+    refuse_rules_without_logits,
     sampling,
     utf8_path,
     utf8_text,
 )
+from relaxtui.console import ProgressDisplay
 from relaxtui.costmodel.profiles import CostProfile, load_profile
-from relaxtui.decoding.loop import MAX_DRAFT
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import RunIdentity, fingerprints, model_paths, run_environment
@@ -40,9 +39,11 @@ from relaxtui.evals.report import (
     warnings,
     write_reports,
 )
-from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records, write_atomic
+from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records
 from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, local_executor, run_units
 from relaxtui.evals.tasks import Sample, Task, get
+from relaxtui.files import write_atomic
+from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 
 if TYPE_CHECKING:
     from relaxtui.session import LoadedPair, ModelOptions
@@ -61,16 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="acceptance rules; RULE:KNOB pins a knob (e.g. strict cactus:1 mentored:0.7)")
     group.add_argument("--alpha", nargs="+", type=finite_float, default=[],
                        help="knobs (default: each rule's paper grid)")
-    group.add_argument("--draft-max", nargs="+", type=int_option("--draft-max", 1, MAX_DRAFT), default=[3],
-                       help="draft lengths N")
+    DRAFT_MAX.add(group, check=SPECULATIVE_N, nargs="+", default=[3], help="draft lengths N")
     group.add_argument("--no-spec", action="store_true", help="also run the verifier alone (the speed baseline)")
     run = parser.add_argument_group("run")
     run.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=1,
                      help="n of avg@n; seeds are seed+i")
     run.add_argument("--limit", type=int_option("--limit", 1), default=None,
                      help="only the first K problems (default: all)")
-    run.add_argument("--max-tokens", "-n", type=checks.MAX_TOKENS.option("--max-tokens"), default=None,
-                     help="answer budget in tokens (default: the task's own, e.g. 4096)")
+    MAX_TOKENS.add(run, help="answer budget in tokens (default: the task's own, e.g. 4096)")
     run.add_argument("--thinking", choices=["on", "off"], default=None,
                      help="reasoning mode for templates that have one (default: the template's own)")
     run.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/TASK)")
@@ -117,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
                     sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
+    if plan.has_spec:
+        refuse_rules_without_logits(args.rule, args.draft_kind)  # a kind's traits, before any model loads
     samples = task.load(args.data)[: args.limit]
     if not samples:
         raise UserError(f"{args.task}: no problems to run")
@@ -146,8 +147,8 @@ def connect_cluster(address: str | None) -> Callable[[], None]:
 def run_in_folder(args: argparse.Namespace, task: Task, samples: list[Sample], plan: EvalPlan,
                   options: ModelOptions, store: ResultsStore) -> None:
     """Check the run folder, load what runs the units, then open (or resume) the folder and run every unit
-    not in it yet, with a progress line; Ctrl-C stops at the next unit and what finished is kept. Nothing is
-    written before every check has passed and the models have loaded."""
+    not in it yet, with a progress bar on a terminal; Ctrl-C stops at the next unit and what finished is kept.
+    Nothing is written before every check has passed and the models have loaded."""
     thinking = None if args.thinking is None else args.thinking == "on"
     paths = model_paths(options, pull=args.ray is None)
     identity = RunIdentity.of(task, options, plan, thinking=args.thinking, data=args.data,
@@ -165,7 +166,7 @@ def run_in_folder(args: argparse.Namespace, task: Task, samples: list[Sample], p
             write_atomic(store.directory / MEASURED_PROFILE, profile)
         if environment and environment.get("sandbox_missing"):
             print(f"sandbox: {environment['sandbox_missing']}", file=sys.stderr)  # said once per run
-        progress = ProgressBar(sys.stderr)
+        progress = ProgressBar(sys.stderr, enabled=not args.json)
         previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
         try:
             run_units(task, samples, plan, identity, store, opened.executor, on_sample=progress.update,
@@ -284,12 +285,12 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
 
 
 class ProgressBar:
-    """One status line: done/total, ETA, running accuracy and tokens/s (a new line per sample off a tty)."""
+    """Eval's progress, fed the runner's ``SampleDone`` events: units done of the run's, elapsed, ETA, running
+    accuracy, tokens/s and the config that just finished — a rich bar on a terminal's stderr, nothing otherwise
+    (piped, CI logs, tests). tune feeds it several runs: each one's first record starts its phase anew."""
 
-    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.started = time.perf_counter()
+    def __init__(self, stream: TextIO | None = None, *, title: str = "eval", enabled: bool = True) -> None:
+        self.display = ProgressDisplay(title, enabled=enabled, stream=stream)
         self.correct = self.ran = self.tokens = 0
         self.decode = 0.0
 
@@ -299,18 +300,11 @@ class ProgressBar:
         self.correct += record["correct"]
         self.tokens += record["output_tokens"]
         self.decode += record["decode_s"]
-        elapsed = time.perf_counter() - self.started
-        remaining = done.total - done.done
-        eta = elapsed / self.ran * remaining
-        width = 24
-        filled = int(width * done.done / done.total)
         accuracy = f"{100 * self.correct / self.ran:.1f}%" if record.get("scored", True) else "-"  # open-ended
-        line = (f"[{'#' * filled}{'.' * (width - filled)}] {done.done}/{done.total} "
-                f"ETA {int(eta // 60)}m{int(eta % 60):02d}s  acc {accuracy}  "
-                f"{self.tokens / self.decode if self.decode else 0:.1f} tok/s  {record['config']['label']}")
-        self.stream.write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
-        self.stream.flush()
+        status = (f"acc {accuracy} · {self.tokens / self.decode if self.decode else 0:.1f} tok/s · "
+                  f"{record['config']['label']}")
+        first = done.done == done.skipped + 1  # this run's first record: a new phase (tune), or a resumed run
+        self.display.show(done.done, done.total, status, restart_at=done.skipped if first else None)
 
     def close(self) -> None:
-        if self.tty and self.ran:
-            self.stream.write("\n")
+        self.display.close()

@@ -10,13 +10,15 @@ import threading
 from dataclasses import replace
 
 from relaxtui import console
-from relaxtui.commands.common import generation_config, model_options
+from relaxtui.commands.common import cli_rule, generation_config, model_options
 from relaxtui.costmodel.auto import AutoChoice, choose_draft_length, position_acceptance, slower_line
 from relaxtui.costmodel.bench import peak_rss_mb
 from relaxtui.costmodel.calibrate import calibrate, typical_context
+from relaxtui.costmodel.pricing import rounds_of_metrics
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished, Metrics
-from relaxtui.decoding.loop import GenerationConfig, generate
-from relaxtui.rules import Rule, make, split_spec
+from relaxtui.decoding.loop import generate
+from relaxtui.rules import Rule
 from relaxtui.session import LoadedPair, load_pair, prompt_tokens
 
 AUTO_MAX_DRAFT = 6  # --draft-max auto considers N = 0..this
@@ -24,7 +26,7 @@ PROBE_TOKENS = 48  # tokens of the acceptance estimate
 
 
 def run(args: argparse.Namespace) -> int:
-    rule = make(*split_spec(args.rule, args.alpha), temperature=args.temperature or 1.0)
+    rule = cli_rule(args.rule, args.alpha, args.temperature)
     auto = args.draft_max == "auto"
     config = generation_config(args, draft_max=AUTO_MAX_DRAFT if auto else None)  # validates the other options
     options = model_options(args, speculative=not args.no_spec)
@@ -102,5 +104,4 @@ def predicted_slower(pair: LoadedPair, tokens: list[int], config: GenerationConf
         return None
     costs = calibrate(pair.verifier, pair.drafter, max_block=n + 1, sampling=config.sampling,
                       context=typical_context(tokens, config.max_tokens), repeats=3, seed=config.seed)
-    return slower_line(costs, config.draft_max, metrics.mean_accepted_length, metrics.draft_lengths,
-                       metrics.full_accept_rounds, metrics.output_tokens)
+    return slower_line(costs, config.draft_max, metrics.mean_accepted_length, rounds_of_metrics([metrics]))

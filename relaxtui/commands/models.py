@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from relaxtui.commands.common import int_option, utf8_text
 from relaxtui.display import terminal_text
 from relaxtui.errors import UserError
 from relaxtui.models.store import install, list_models, model_set, resolve_model
+from relaxtui.options import CTX_SIZE, THREADS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,11 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pair.add_argument("verifier", type=utf8_text, help="GGUF path, name in ggml_models/ or hf:REPO:QUANT")
     pair.add_argument("candidates", type=utf8_text, nargs="*",
                       help="drafters to check (default: every GGUF in ggml_models/)")
-    pair.add_argument("--ctx-size", "-c", type=int_option("--ctx-size", 1), default=256,
-                      help="context for the quick timing")
+    CTX_SIZE.add(pair, default=256, help="context for the quick timing")
     pair.add_argument("--repeats", type=int_option("--repeats", 1, 10_000), default=4, help="timed steps per model")
-    pair.add_argument("--threads", "-t", type=int_option("--threads", 1), default=None,
-                      help="CPU threads (default: every core)")
+    THREADS.add(pair, help="CPU threads (default: every core)")
     suggest = msub.add_parser("suggest", help="known drafter repos on the hub for VERIFIER's family (no download)")
     suggest.add_argument("verifier", type=utf8_text,
                          help="GGUF path, name in ggml_models/, hf:REPO:QUANT or a model name")
@@ -39,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     quantize.add_argument("source", type=utf8_text, help="GGUF path or name in ggml_models/")
     quantize.add_argument("target", type=utf8_text, help="output path")
     quantize.add_argument("--type", type=utf8_text, required=True, help="q4_0, q8_0, q4_k_m, ...")
-    quantize.add_argument("--threads", "-t", type=int_option("--threads", 1), default=None,
-                          help="CPU threads (default: every core)")
+    THREADS.add(quantize, help="CPU threads (default: every core)")
     quantize.add_argument("--pure", action="store_true",
                           help="every tensor in --type, output projection and token embeddings included")
 
@@ -101,9 +98,10 @@ def _list() -> int:
 
 
 def _pair(args: argparse.Namespace) -> int:
+    from relaxtui.console import ProgressDisplay
     from relaxtui.costmodel.timing import K_OUTLIER, UNSTABLE_ADVICE
     from relaxtui.engine.gguf_check import mtp_layers
-    from relaxtui.models.pairing import installed_candidates, pair, recommended
+    from relaxtui.models.pairing import installed_candidates, model_free_candidates, pair, recommended
 
     if args.ctx_size < 16 or args.repeats < 1:
         raise UserError("--ctx-size must be at least 16 and --repeats at least 1")
@@ -117,9 +115,9 @@ def _pair(args: argparse.Namespace) -> int:
         raise UserError("no candidate drafters: name some, or add GGUFs to ggml_models/ (`relaxtui models pull`)")
     _out(f"verifier {verifier.name}: timing one step of each model (n_ctx {args.ctx_size}, {args.repeats} repeats "
          f"after a warm-up, outliers beyond {K_OUTLIER:g} MADs dropped)", flush=True)
-    verifier_step, results = pair(verifier, candidates, n_ctx=args.ctx_size, repeats=args.repeats,
-                                  threads=args.threads,
-                                  progress=lambda name: _out(f"  checking {name}", file=sys.stderr, flush=True))
+    with ProgressDisplay("models pair") as progress:  # on a terminal only: a bar over the candidates, with an ETA
+        verifier_step, results = pair(verifier, candidates, n_ctx=args.ctx_size, repeats=args.repeats,
+                                      threads=args.threads, progress=progress.step)
     if verifier_step is not None:
         _out(f"verifier step {verifier_step * 1e3:.1f} ms (median, warm)", flush=True)
     _out(flush=True)
@@ -150,6 +148,11 @@ def _pair(args: argparse.Namespace) -> int:
         _out("\ncannot draft for this verifier:")
         for result in rejected:
             _out(f"  {result.path.name}: {result.reason}")
+    _out("\nmodel-free drafters (no file, any verifier; --draft-kind KIND, no --drafter):")
+    for kind in model_free_candidates():
+        _out(f"  {kind.kind:14} c_rel ~ {kind.c_rel:.2f}" + (f"  ({kind.about})" if kind.about else ""))
+    _out("a draft costs host time only; acceptance depends on how much the output repeats the input: measure with "
+         f"`relaxtui bench --workload edit --draft-kind KIND --verifier {args.verifier}`")
     return 0
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from relaxtui.commands.common import (
     add_draft_options,
     add_parallel_option,
+    cli_rule,
     finite_float,
     float_option,
     int_option,
@@ -28,11 +29,13 @@ from relaxtui.commands.common import (
     utf8_path,
     utf8_text,
 )
-from relaxtui.costmodel.profiles import load_profile
+from relaxtui.costmodel.profiles import THIS_MACHINE, load_profile
+from relaxtui.decoding.drafters import STANDALONE_KINDS
+from relaxtui.display import knob_help
 from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
-from relaxtui.rules import make, split_spec
-from relaxtui.serve.protocol import Defaults, Speculative
+from relaxtui.options import DRAFT_MAX, MAX_TOKENS
+from relaxtui.serve.protocol import VERIFIER_ALONE, Defaults, Speculative
 
 MAX_KEY_FILE_BYTES = 64 << 10
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -61,16 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--fake", action="store_true", help="a deterministic fake model pair (no weights)")
     gen = parser.add_argument_group("request defaults (each request may override them)")
     gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (NAME or NAME:KNOB)")
-    gen.add_argument("--alpha", type=finite_float, default=None, help="the rule's knob")
-    gen.add_argument("--draft-max", "--spec-draft-n-max", type=int_option("--draft-max", 0, 64), default=3,
-                     dest="draft_max", help="draft length N (0 = verifier alone)")
-    gen.add_argument("--max-tokens", "-n", type=int_option("--max-tokens", 1), default=None,
-                     help="completion budget when a request gives none (default: up to the slot's context)")
+    gen.add_argument("--alpha", type=finite_float, default=None, help=knob_help())
+    DRAFT_MAX.add(gen)
+    MAX_TOKENS.add(gen, help="completion budget when a request gives none (default: up to the slot's context)")
     gen.add_argument("--thinking", choices=["on", "off"], default=None,
                      help="reasoning mode for chat templates that have one (default: the template's own)")
-    gen.add_argument("--profile", type=utf8_text, default="memory-bound",
-                     help="cost profile that prices each response's speed-up: a shipped name, a file, or "
-                          "this-machine (measured at start, a few seconds)")
+    gen.add_argument("--profile", type=utf8_text, default=None, metavar="NAME|FILE",
+                     help="cost profile that prices each response's speed-up, as eval and tune price (default: "
+                          "this-machine, measured at start and kept for the next one; --fake: memory-bound): a "
+                          "shipped name (`relaxtui profiles list`) or a profile file")
     add_parallel_option(gen)
     add_draft_options(parser, with_length=False)
 
@@ -96,21 +98,27 @@ def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def defaults(args: argparse.Namespace, draft_kinds: tuple[str, ...]) -> Defaults:
-    rule, knob = split_spec(args.rule, args.alpha)
-    knob = make(rule, knob).knob  # an unknown rule or a bad knob: one line, exit 2, before anything loads
+    # an unknown rule or a bad knob: one line, exit 2, before anything loads (greedy or not: each request's own say)
+    rule = cli_rule(args.rule, args.alpha)
     kind = draft_kinds[0]
-    return Defaults(Speculative(rule, knob, args.draft_max, kind), sampling(args), args.seed, args.max_tokens,
+    return Defaults(Speculative(rule.name, rule.knob, args.draft_max, kind), sampling(args), args.seed, args.max_tokens,
                     None if args.thinking is None else args.thinking == "on", draft_kinds)
 
 
 def draft_kinds(args: argparse.Namespace) -> tuple[str, ...]:
-    """What requests may ask for: the server's own drafter first (its default), then the n-gram lookup (it holds no
-    model, so it rides along with any other drafter), then the verifier alone."""
-    if args.fake:
-        return ("model", "ngram", "none")
+    """What requests may ask for: the server's own kind first (its default), then every standalone kind the factory
+    lists (prompt lookup, the n-gram family, suffix: no model, so they ride along with any drafter, one instance each
+    for the server's life), then the verifier alone. The fake pair's own drafter is its LM (``--draft-kind`` naming a
+    standalone kind makes that the default)."""
+    from relaxtui.serve.pair import FAKE_DRAFT_KIND
+
     if str(args.drafter).lower() == "none":
-        return ("none",)
-    return tuple(dict.fromkeys((args.draft_kind, "ngram", "none")))
+        return (VERIFIER_ALONE,)
+    if args.fake:
+        own = (args.draft_kind, FAKE_DRAFT_KIND) if args.draft_kind in STANDALONE_KINDS else (FAKE_DRAFT_KIND,)
+    else:
+        own = (args.draft_kind,)
+    return tuple(dict.fromkeys((*own, *STANDALONE_KINDS, VERIFIER_ALONE)))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -162,9 +170,11 @@ def _server_class():  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     kinds = draft_kinds(args)
     request_defaults = defaults(args, kinds)
-    if args.profile != "this-machine":
+    if args.profile not in (None, THIS_MACHINE):
         load_profile(args.profile)  # a bad profile: one line before anything loads
-    options = model_options(args, speculative=kinds[0] != "none")
+    if args.fake and args.profile == THIS_MACHINE:
+        raise UserError("--profile this-machine needs real models (the fake pair has no costs to measure)")
+    options = model_options(args, speculative=kinds[0] != VERIFIER_ALONE)
     keys = api_keys(args)
 
     import uvicorn

@@ -62,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         score = task.score(reply, sample)
         if not score.correct:
-            wrong.append(f"row {sample.id!r}: its gold answer does not score correct "
-                         f"(read {str(score.parsed)[:60]!r}{'; ' + score.detail if score.detail else ''})")
+            wrong.append(task.gold_miss(sample, reply, score))
     print()
     if not task.scored:
         print("gold answers: none (answer kind 'none': open-ended, judged on drift alone)")

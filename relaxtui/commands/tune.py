@@ -12,14 +12,15 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from relaxtui.checks import MAX_TOKENS
 from relaxtui.commands.common import (
     add_parallel_option,
     add_task_file_options,
+    drafts_without_file,
     finite_float,
     float_option,
     int_option,
     model_options,
+    refuse_rules_without_logits,
     sampling,
     utf8_path,
     utf8_text,
@@ -31,8 +32,9 @@ from relaxtui.commands.eval import (
     profiles_for_report,
     save_measured_profile,
 )
-from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, proxy_speedup
-from relaxtui.decoding.loop import MAX_DRAFT
+from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
+from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile
+from relaxtui.decoding.drafters import STANDALONE_KINDS
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
 from relaxtui.evals.identity import RunIdentity, fingerprints, model_paths, run_environment
@@ -52,7 +54,8 @@ from relaxtui.evals.tasks import Sample, Task, get
 from relaxtui.evals.transfer import Carry, carry_lines, carry_over, chosen_setting
 from relaxtui.evals.tune import DEFAULT_MAX_DRIFT, recommend
 from relaxtui.models.registry import DEFAULT_DRAFTER
-from relaxtui.session import ModelOptions
+from relaxtui.options import DRAFT_KIND, DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
+from relaxtui.session import DRAFT_KINDS, ModelOptions
 
 TUNE_TOKENS = 512  # tune's answer budget unless --max-tokens or a smaller task budget says otherwise
 
@@ -60,16 +63,16 @@ TUNE_TOKENS = 512  # tune's answer budget unless --max-tokens or a smaller task 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", type=utf8_text, help="aime, aime25, math500, gpqa, lcb, humaneval or FILE.toml")
     parser.add_argument("--limit", type=int_option("--limit", 1), default=5, help="problems to score (K)")
-    parser.add_argument("--draft-max", nargs="+", type=int_option("--draft-max", 1, MAX_DRAFT), default=[2, 3, 4],
-                        help="strict draft lengths to try")
+    DRAFT_MAX.add(parser, check=SPECULATIVE_N, nargs="+", default=[2, 3, 4], help="strict draft lengths to try")
     parser.add_argument("--drafters", nargs="+", type=utf8_text, default=[DEFAULT_DRAFTER],
-                        help="drafter files, 'ngram' (prompt lookup) or 'mtp' (the verifier's own MTP head); "
-                             "--draft-kind ngram/mtp alone: that kind")
+                        help="drafters to compare, each in its own folder: GGUF files, 'mtp' (the verifier's own MTP "
+                             f"head) or model-free kinds ({', '.join(STANDALONE_KINDS)}: no file, c_rel ~ 0); "
+                             "--draft-kind KIND alone: that kind")
     parser.add_argument("--rule", nargs="+", type=utf8_text, default=["cactus", "mentored"],
                         help="relaxed rules to try")
     parser.add_argument("--alpha", nargs="+", type=finite_float, default=[],
                         help="knobs (default: the first 2 of each rule's paper grid)")
-    parser.add_argument("--relaxed-n", type=int_option("--relaxed-n", 1, MAX_DRAFT), default=None,
+    parser.add_argument("--relaxed-n", type=SPECULATIVE_N.option("--relaxed-n"), default=None,
                         help="N for relaxed rules (default: the best strict N)")
     parser.add_argument("--max-drop", type=float_option("--max-drop", low=0, high=100), default=2.0,
                         help="accuracy points you accept to lose")
@@ -78,8 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"for scored tasks; {DEFAULT_MAX_DRIFT:g} for an open-ended one)")
     parser.add_argument("--check", nargs="+", type=utf8_text, default=[], metavar="TASK",
                         help="run the recommended setting on these tasks too, and say where it holds or breaks")
-    parser.add_argument("--max-tokens", "-n", type=MAX_TOKENS.option("--max-tokens"), default=None,
-                        help=f"answer budget per problem, in tokens (default: the task's own, at most {TUNE_TOKENS})")
+    MAX_TOKENS.add(parser, help=f"answer budget per problem, in tokens (default: the task's own, at most "
+                                f"{TUNE_TOKENS})")
     parser.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=1,
                         help="seeds per problem (avg@n)")
     parser.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/tune-TASK)")
@@ -104,13 +107,11 @@ def plan_drafters(args: argparse.Namespace, task: Task, out: Path, max_tokens: i
     """Every drafter's options and run folder, each folder checked (read-only) against its identity."""
     runs = []
     for drafter in args.drafters:
-        is_ngram = drafter == "ngram"
-        kind = "mtp" if drafter == "mtp" else "model"  # 'mtp': the verifier's own head, no file
-        args.drafter, args.draft_kind = (None, "ngram") if is_ngram else (drafter, kind)
+        # a kind's name drafts with that kind (no file: 'ngram'; the verifier's own head: 'mtp'); else a model file
+        args.drafter, args.draft_kind = drafter, drafter if drafter in DRAFT_KINDS else DRAFT_KIND.default
+        refuse_rules_without_logits(args.rule, args.draft_kind, "--drafters")  # before any model loads
         options = model_options(args)
-        if is_ngram:
-            options = replace(options, drafter="ngram")
-        stem = "ngram" if is_ngram else Path(drafter).name.removesuffix(".gguf")
+        stem = Path(drafter).name.removesuffix(".gguf")
         plan = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=max_tokens or args.max_tokens,
                         sampling=sampling(args))
         identity = RunIdentity.of(task, options, plan, thinking=None, data=args.data,
@@ -146,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxtui.session import load_pair
 
     task = get(args.task, allow_outside_data=args.allow_outside_data)
-    if args.drafters == [DEFAULT_DRAFTER] and args.draft_kind in ("ngram", "mtp"):
+    if args.drafters == [DEFAULT_DRAFTER] and drafts_without_file(args.draft_kind):
         args.drafters = [args.draft_kind]  # --draft-kind without --drafters: that kind (plan_drafters sets it after)
     if "strict" in args.rule:
         raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     for position, drafter_run in enumerate(drafter_runs):
         store = drafter_run.store
         pair = load_pair(drafter_run.options)
-        progress = ProgressBar(sys.stderr)
+        progress = ProgressBar(sys.stderr, title="tune" if len(drafter_runs) == 1 else f"tune {drafter_run.stem}")
         previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
         try:
             tokenize = sample_tokenizer(pair.verifier)
@@ -255,6 +256,7 @@ class CheckTask:
     samples: list[Sample]
     max_tokens: int
     runs: dict[str, DrafterRun]
+    task_size: int  # the task's problems in all: the verdict never asks for more
 
 
 def plan_checks(args: argparse.Namespace, task: Task, out: Path, given_tokens: int | None) -> list[CheckTask]:
@@ -265,12 +267,13 @@ def plan_checks(args: argparse.Namespace, task: Task, out: Path, given_tokens: i
         other = get(name, allow_outside_data=args.allow_outside_data)
         if other.name == task.name:
             raise UserError(f"--check {name}: that is the tuned task itself; name other tasks")
-        samples = other.load()[: args.limit]
+        every_sample = other.load()
+        samples = every_sample[: args.limit]
         if not samples:
             raise UserError(f"--check {name}: no problems to run")
         max_tokens = given_tokens or min(TUNE_TOKENS, other.max_tokens)
         runs = {run.stem: run for run in plan_drafters(args, other, out / f"check-{other.name}", max_tokens)}
-        checks.append(CheckTask(other, samples, max_tokens, runs))
+        checks.append(CheckTask(other, samples, max_tokens, runs, len(every_sample)))
     return checks
 
 
@@ -284,7 +287,7 @@ def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: Confi
     measured = drafter_run.store.directory / MEASURED_PROFILE
     carries = []
     pair = load_pair(drafter_run.options)
-    progress = ProgressBar(sys.stderr)
+    progress = ProgressBar(sys.stderr, title="tune --check")
     previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
     try:
         tokenize = sample_tokenizer(pair.verifier)
@@ -309,7 +312,8 @@ def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: Confi
             show(f"--check {check.task.name} (K={len(check.samples)}): {setting.label} against strict", summaries,
                  args.parallel, folder, profiles)
             carries.append(carry_over(check.task.name, summaries, setting, max_drop=args.max_drop,
-                                      max_drift=args.max_drift, profile=profiles[0].name if profiles else None))
+                                      max_drift=args.max_drift, profile=profiles[0].name if profiles else None,
+                                      task_size=check.task_size))
     finally:
         signal.signal(signal.SIGINT, previous)
         progress.close()
@@ -331,7 +335,7 @@ def summarise_drafters(groups: list[tuple[list, list[CostProfile]]],  # type: ig
 
 
 def _best_strict_n(records, profile: CostProfile | None) -> int:  # type: ignore[no-untyped-def]
-    """The strict N that is fastest so far: by the profile's proxy speed-up (stable), else by tokens/s; 3 when
+    """The strict N that is fastest so far: by the profile's priced speed-up (stable), else by tokens/s; 3 when
     nothing ran."""
     by_n: dict[int, list] = {}
     for record in records:
@@ -342,9 +346,7 @@ def _best_strict_n(records, profile: CostProfile | None) -> int:  # type: ignore
 
     def speed(rows: list) -> float:  # type: ignore[type-arg]
         if profile is not None:
-            return proxy_speedup(profile, sum(r["output_tokens"] for r in rows),
-                                 [k for r in rows for k in r.get("draft_lengths", [])],
-                                 full_rounds=sum(r.get("full_accept_rounds", 0) for r in rows))
+            return priced_speedup(profile, rounds_of_records(rows))  # as the report prices them (`pricing`)
         seconds = sum(r["decode_s"] for r in rows)
         return sum(r["output_tokens"] for r in rows) / seconds if seconds else 0.0
 

@@ -21,6 +21,7 @@ from typing import Any
 from relaxtui.engine.gguf import GGUFHeader, read_header
 from relaxtui.errors import UserError
 from relaxtui.models.store import models_dir
+from relaxtui.progress import OnStep, StepCounter, no_steps
 
 _SPLIT_PART = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
 
@@ -36,6 +37,24 @@ class Candidate:
     unstable_reason: str | None = None
     spread: float | None = None  # the wider (max - min) / median of the two models' kept samples
     verifier_step_s: float | None = None  # the verifier's step, timed next to this drafter
+
+
+@dataclass(frozen=True)
+class KindCandidate:
+    """A drafter kind that needs no model file (prompt lookup, llama.cpp's n-gram family, suffix): nothing to load, no
+    vocabulary to match, and no model step — a draft costs host time only, so c_rel is about 0. Whether it pays is
+    its acceptance, which depends on the workload (output that repeats input): `bench --workload edit` measures it."""
+
+    kind: str
+    about: str  # the kind's own words ("prompt lookup"), "" where its name says it
+    c_rel: float = 0.0
+
+
+def model_free_candidates() -> list[KindCandidate]:
+    """Every kind the factory lists that drafts without a file or the verifier's hidden rows, in its order."""
+    from relaxtui.decoding.drafters import KINDS, STANDALONE_KINDS
+
+    return [KindCandidate(kind, KINDS[kind].about) for kind in STANDALONE_KINDS]
 
 
 def rank(results: Sequence[Candidate]) -> list[Candidate]:
@@ -71,14 +90,15 @@ def header_mismatch(verifier: GGUFHeader, drafter: GGUFHeader, names: tuple[str,
 
 
 def pair(verifier_path: Path, candidates: Sequence[Path], *, n_ctx: int = 256, repeats: int = 4,
-         threads: int | None = None, progress: Callable[[str], None] | None = None,
+         threads: int | None = None, progress: OnStep = no_steps,
          clock: Callable[[], float] = time.perf_counter, open_model: Callable[..., Any] | None = None
          ) -> tuple[float | None, list[Candidate]]:
     """(median verifier step in seconds, candidates): compatible ones cheapest first (stable before unstable),
     then the rejected with reasons. The verifier is timed warm once, then interleaved with each drafter, so a
     machine whose load drifts (shared cores) skews both sides of a c_rel alike; a pair whose c_rel is implausible
     or whose verifier step is over ``STEP_JUMP`` x the warm median is re-measured, then flagged. ``clock`` is the
-    timer and ``open_model(path, n_ctx=, n_threads=)`` the loader (LlamaModel; fakes in tests)."""
+    timer and ``open_model(path, n_ctx=, n_threads=)`` the loader (LlamaModel; fakes in tests); ``progress`` gets a
+    step per candidate as its check starts."""
     from relaxtui.costmodel.timing import Timing, c_rel_problem, jump_problem, step_timings
     from relaxtui.decoding.vocab import check_vocab
     from relaxtui.engine.llama import LlamaModel
@@ -89,12 +109,11 @@ def pair(verifier_path: Path, candidates: Sequence[Path], *, n_ctx: int = 256, r
     results, verifier_steps = [], []
     warm: list[float] = []  # the verifier's stable step medians so far: the least is its warm median
     verifier_size = verifier_path.stat().st_size
+    others = [path for path in candidates if path.resolve() != own]
+    steps = StepCounter(len(others), progress)
     with open_model(verifier_path, n_ctx=n_ctx, n_threads=threads) as verifier:
-        for path in candidates:
-            if path.resolve() == own:
-                continue
-            if progress:
-                progress(path.name)
+        for path in others:
+            steps.start(path.name)
             names = (verifier_path.name, path.name)
             size = path.stat().st_size if path.exists() else 0
             try:
@@ -134,6 +153,7 @@ def pair(verifier_path: Path, candidates: Sequence[Path], *, n_ctx: int = 256, r
             results.append(Candidate(path, size, header.quantisation, c_rel, None, stable=unstable is None,
                                      unstable_reason=unstable, spread=max(t.spread for t in timings),
                                      verifier_step_s=step_s))
+    steps.finish()
     # a candidate timed before the verifier's warm median was known is held to it now (no re-measure: it is closed)
     results = [_held_to(c, min(warm, default=None)) for c in results]
     steady = [c.verifier_step_s for c in results if c.stable and c.verifier_step_s is not None]

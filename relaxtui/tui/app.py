@@ -30,10 +30,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, LoadingIndicator
 
 from relaxtui.decoding.events import Metrics, TokenEvent
-from relaxtui.engine.text import Message
+from relaxtui.text import Message
 from relaxtui.tui import workers
 from relaxtui.tui.engine import ChatEngine, ChatSettings, token_batches
-from relaxtui.tui.save import SavedChat, Turn, conversation, model_changes, save_chat
+from relaxtui.tui.save import SavedChat, Turn, conversation, model_changes, save_chat, saved_notice
 from relaxtui.tui.widgets.inspector import InspectorPanel
 from relaxtui.tui.widgets.settings import SettingsPanel
 from relaxtui.tui.widgets.stats import StatsPanel
@@ -68,13 +68,14 @@ class RelaxApp(App[None]):
 
     def __init__(self, engine: ChatEngine, settings: ChatSettings | None = None,
                  save_dir: Path | None = None, model_thread: ThreadPoolExecutor | None = None,
-                 resume: SavedChat | None = None) -> None:
+                 resume: SavedChat | None = None, notice: str = "") -> None:
         super().__init__()
         self.engine = engine
         self.model_thread = model_thread
         self.settings = settings or (resume.settings if resume else ChatSettings(drafter=engine.drafter_name))
         self.save_dir = save_dir or Path("transcripts")
         self.resume = resume  # restored on mount; its drafter is switched to once the models are loaded
+        self.notice = notice  # shown on mount: which typed flags a resumed chat runs with instead of its own
         self.turns: list[Turn] = []
         self.events: list[TokenEvent] = []  # every generated token of the conversation, in order
         self.selected: int | None = None
@@ -119,6 +120,8 @@ class RelaxApp(App[None]):
         self.load_models()
         if self.resume is not None:
             await self._restore(self.resume)
+        if self.notice:
+            self.notify(self.notice, title="resumed chat", timeout=10)
 
     async def _restore(self, saved: SavedChat) -> None:
         """A saved chat as it was: the transcript in verdict colours, and its last reply's statistics."""
@@ -377,8 +380,7 @@ class RelaxApp(App[None]):
         except OSError as exc:
             self.notify(f"could not save: {exc.strerror}", severity="error")
             return
-        self.notify(f"saved {markdown} and {saved} (reopen: relaxtui chat --resume {saved})",
-                    title="chat saved")
+        self.notify(saved_notice(markdown, saved), title="chat saved", timeout=10)
 
     async def action_quit(self) -> None:
         """Stop the reply, wait for its worker to leave the models, then exit (the caller frees them)."""

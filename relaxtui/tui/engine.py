@@ -18,19 +18,49 @@ import numpy as np
 
 from relaxtui import checks
 from relaxtui.costmodel.calibrate import LoopCosts
-from relaxtui.decoding.backend import FakeBackend
-from relaxtui.decoding.drafters import Drafter, DrafterOptions, make_drafter
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.drafters import (
+    KINDS,
+    STANDALONE_KINDS,
+    Drafter,
+    DrafterOptions,
+    Openers,
+    drafter_kind,
+    make_drafter,
+)
 from relaxtui.decoding.events import Event, Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
-from relaxtui.engine.text import Message
-from relaxtui.errors import UserError
+from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
+from relaxtui.options import DRAFT_KIND
 from relaxtui.rules import Rule, make
+from relaxtui.text import Message
 
 NO_DRAFTER = "none"
-NGRAM = "ngram"
-# what the status line adds after the drafter's name, by kind (a drafter LM is named by its file)
-KIND_WORDS = {"ngram": "prompt lookup", "mtp": "MTP head"}
+FAKE_DRAFTER = "fake-drafter"  # the fake pair's drafter LM, as the settings panel offers it
+# what the status line adds after the drafter's name, as each kind's traits word it (a drafter LM: its file's name)
+KIND_WORDS = {name: kind.about for name, kind in KINDS.items() if kind.about}
+
+
+def drafter_choice(kind: str, drafter: str | None) -> str:
+    """The settings panel's name for the drafter a command line gives: a kind that opens no file by the kind's name,
+    else the ``--drafter`` value (a GGUF, or "mtp": the verifier's own head); "none" without one."""
+    if drafter is None:
+        return NO_DRAFTER
+    return drafter if drafter_kind(kind).model_file else kind
+
+
+def choice_kind(name: str) -> str:
+    """The drafter kind a settings-panel choice drafts with: a standalone kind (prompt lookup, the n-gram family,
+    suffix) by its name; anything else names a GGUF drafter LM (the default kind)."""
+    return name if name in STANDALONE_KINDS else DRAFT_KIND.default
+
+
+def offered(started: str, files: Sequence[str]) -> list[str]:
+    """The settings panel's drafter choices: none, every standalone kind the factory lists, the drafter the chat
+    started with (a file anywhere, "mtp"), then the GGUF drafters that fit the verifier."""
+    listed = [NO_DRAFTER, *STANDALONE_KINDS]
+    return [*listed, *([started] if started not in (*listed, *files) else []), *files]
 
 
 @dataclass(frozen=True)
@@ -59,9 +89,7 @@ class ChatSettings:
         """Raise UserError (one clear line) on any bad value; return what the loop needs."""
         self.checked(where)
         sampling = SamplingParams(self.temperature, self.top_k, self.top_p)
-        rule = make(self.rule, self.knob, temperature=self.temperature or 1.0)
-        if sampling.greedy and not rule.greedy_ok:
-            raise UserError(f"rule {self.rule!r} cannot run greedy (temperature 0)")
+        rule = make(self.rule, self.knob, temperature=self.temperature)  # refuses one that cannot run greedy at T = 0
         # a chat turn extends the conversation: keep the cached prefix in both models (reuse="longest")
         config = GenerationConfig(draft_max=self.draft_max, max_tokens=self.max_tokens, sampling=sampling,
                                   seed=self.seed, top_alternatives=5, reuse="longest")
@@ -82,7 +110,7 @@ class ModelInfo:
 
     name: str
     path: str | None = None
-    kind: str = "model"  # "model" (a GGUF or the fake pair's model), "ngram" (prompt lookup), "mtp", "none"
+    kind: str = "model"  # a factory kind (decoding.drafters.DRAFT_KINDS: "model" a GGUF or the fake pair's) or "none"
 
     @property
     def file_name(self) -> str:
@@ -189,8 +217,10 @@ class LlamaChatEngine(ChatEngine):
         self.lock = threading.Lock()
         self.pair = None
         self.drafter = None
-        self.drafter_name = options.drafter or NO_DRAFTER
+        self.started = drafter_choice(options.draft_kind, options.drafter)  # the command line's, always offered
+        self.drafter_name = self.started
         self.verifier_name = options.verifier
+        self.kept: dict[str, Drafter] = {}
 
     def load(self, progress: Callable[[str], None]) -> LoopCosts:
         """Load the pair (once: an app started on an engine that is already loaded reuses its models)."""
@@ -217,8 +247,7 @@ class LlamaChatEngine(ChatEngine):
         from relaxtui.models.store import list_models
 
         names = [info.path.name for info in list_models() if info.vocab_size == self.verifier.n_vocab]
-        started = self.options.drafter  # the command line's drafter ("mtp", a file anywhere): always offered
-        return [NO_DRAFTER, NGRAM, *([started] if started not in (None, NO_DRAFTER, NGRAM, *names) else []), *names]
+        return offered(self.started, names)
 
     def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
         """Switch drafters through the same factory as the command line, with every option (GPU layers, p-min,
@@ -226,16 +255,20 @@ class LlamaChatEngine(ChatEngine):
         from relaxtui.session import load_drafter
 
         old = self.drafter
+        kind = choice_kind(name)
         if name == NO_DRAFTER:
             self.drafter = None
-        elif name == self.options.drafter and self.pair is not None and self.pair.drafter is not None:
+        elif name == self.started and self.pair is not None and self.pair.drafter is not None:
             self.drafter = self.pair.drafter  # back to the command line's drafter (an MTP head: one per verifier)
+        elif name in self.kept:
+            self.drafter = self.kept[name]  # a standalone kind again: its corpus of earlier turns kept
         else:
-            if name != NGRAM:
+            if drafter_kind(kind).model_file:
                 progress(f"loading drafter {name}…")
-            kind = "ngram" if name == NGRAM else "model"
             self.drafter = load_drafter(replace(self.options, drafter=name, draft_kind=kind), self.verifier)
-        if old is not None and self.pair is not None and old is not self.pair.drafter:
+            if self.drafter is not None and drafter_kind(kind).standalone:
+                self.kept[name] = self.drafter
+        if old is not None and self.pair is not None and old is not self.pair.drafter and old not in self.kept.values():
             old.close()
         self.drafter_name = name
         return self._measure(progress)
@@ -255,25 +288,26 @@ class LlamaChatEngine(ChatEngine):
             if self.pair is not None:
                 if self.drafter is not None and self.drafter is not self.pair.drafter:
                     self.drafter.close()
+                for kept in self.kept.values():
+                    if kept is not self.drafter:
+                        kept.close()
+                self.kept.clear()
                 self.pair.close()
                 self.pair = None
 
 
-FAKE_WORDS = (" the", " cat", " sat", " on", " a", " warm", " mat", ".", " It", " purred", " softly", ",",
-              " and", " slept", " well", "\n")
 
 
 class FakeChatEngine(ChatEngine):
     """Deterministic demo engine: a 16-word Markov 'verifier' and a noisier 'drafter' through the real loop."""
 
     def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096,
-                 gate: threading.Event | None = None, gate_after: int = 0) -> None:
+                 gate: threading.Event | None = None, gate_after: int = 0, drafter: str = FAKE_DRAFTER) -> None:
         """``delay_s`` slows every verifier step; ``gate`` holds the verifier's ``gate_after``-th step until it is
-        set, so a test can act "during a reply" without racing the machine's speed."""
+        set, so a test can act "during a reply" without racing the machine's speed; ``drafter``: the choice it
+        starts with (the fake drafter LM, a standalone kind, or none)."""
         vocab = len(FAKE_WORDS)
-        rng = np.random.default_rng(seed)
-        target = rng.normal(scale=2.5, size=(vocab, vocab))
-        draft = target + rng.normal(scale=1.2, size=(vocab, vocab))
+        target, draft = demo_tables(seed)
         pieces = [w.encode() for w in FAKE_WORDS]
         calls = itertools.count(1)
 
@@ -286,25 +320,32 @@ class FakeChatEngine(ChatEngine):
 
         self.verifier = FakeBackend(verifier_logits, vocab, pieces=pieces, n_ctx=n_ctx)
         self._draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx)
-        self.drafter = self._fake("model")
-        self.drafter_name = "fake-drafter"
         self.verifier_name = "fake-verifier"
         self.step_s = step_s
         self.lock = threading.Lock()
+        self.kept: dict[str, Drafter] = {}
+        self.set_drafter(drafter, lambda text: None)
 
     def load(self, progress: Callable[[str], None]) -> LoopCosts:
         progress("loading fake models…")
         return fake_costs(self.step_s)  # the same step the fake rounds report, so measured and model agree
 
     def drafter_choices(self) -> list[str]:
-        return [NO_DRAFTER, NGRAM, "fake-drafter"]
+        return offered(FAKE_DRAFTER, [FAKE_DRAFTER])
 
     def _fake(self, kind: str) -> Drafter:
         """A drafter of ``kind`` built by the real factory around the fake draft model."""
-        return make_drafter(DrafterOptions(kind=kind), self.verifier, open_model=lambda _: self._draft_model)
+        return make_drafter(DrafterOptions(kind=kind), self.verifier, Openers(model=lambda _: self._draft_model))
 
     def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
-        self.drafter = None if name == NO_DRAFTER else self._fake("ngram" if name == NGRAM else "model")
+        kind = choice_kind(name)
+        if name == NO_DRAFTER:
+            self.drafter = None
+        else:  # a standalone kind keeps one instance for the whole chat (its corpus learns across turns)
+            kept = self.kept.get(name)
+            self.drafter = kept if kept is not None else self._fake(kind)
+            if drafter_kind(kind).standalone:
+                self.kept[name] = self.drafter
         self.drafter_name = name
         return self.load(progress)
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from relaxtui.checks import BadValue, utf8_problem
 from relaxtui.decoding.events import Metrics, TokenEvent
-from relaxtui.engine.text import Message
 from relaxtui.errors import UserError
 from relaxtui.files import FileRefused, FileTooBig, read_regular_bytes
+from relaxtui.text import Message
 from relaxtui.tui.engine import ChatSettings, ModelInfo
 
 FORMAT = "relaxtui-chat"
@@ -97,6 +97,13 @@ def save_chat(stem: Path, chat: SavedChat) -> tuple[Path, Path]:
     partial.write_text(json.dumps(chat_document(chat), ensure_ascii=False), encoding="utf-8")
     os.replace(partial, saved)
     return markdown, saved
+
+
+def saved_notice(markdown: Path, saved: Path) -> str:
+    """What ctrl+s says: the folder as an absolute path (``transcripts/`` is relative to the folder the chat was
+    started from, easy to lose) and the command that reopens the chat from anywhere."""
+    folder = saved.parent.resolve()
+    return f"saved {markdown.name} and {saved.name} in {folder} (reopen: relaxtui chat --resume {folder / saved.name})"
 
 
 # -- reading -----------------------------------------------------------------------------------------------------

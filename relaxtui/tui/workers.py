@@ -17,8 +17,8 @@ from textual.message import Message
 
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.events import Finished, Metrics, TokenEvent
-from relaxtui.engine.text import Message as ChatMessage
 from relaxtui.errors import UserError
+from relaxtui.text import Message as ChatMessage
 from relaxtui.tui.engine import ChatEngine, ChatSettings, token_batches
 
 Post = Callable[[Message], object]

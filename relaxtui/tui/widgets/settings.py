@@ -16,9 +16,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
+from relaxtui.decoding.drafters import STANDALONE_KINDS
 from relaxtui.errors import UserError
 from relaxtui.rules import PAPER_GRID, RULES
-from relaxtui.tui.engine import ChatSettings
+from relaxtui.tui.engine import KIND_WORDS, NO_DRAFTER, ChatSettings
 
 # (id, label, tooltip) of the number fields, in the order they are shown and tabbed through
 NUMBER_FIELDS = (
@@ -29,6 +30,12 @@ NUMBER_FIELDS = (
     ("set-seed", "seed", "seed of the drafting and acceptance draws"),
     ("set-max-tokens", "max tokens", "longest reply, in tokens"),
 )
+
+
+# the drafter choice's tooltip, from the factory's kinds and their own words
+DRAFTER_TIP = "; ".join([f"{NO_DRAFTER} = verifier alone", *(f"{k} = {w}" for k, w in KIND_WORDS.items()),
+                         f"{', '.join(k for k in STANDALONE_KINDS if k not in KIND_WORDS)}: no model, they draft "
+                         "from the conversation itself", "a .gguf: a drafter LM"])
 
 
 def knob_name(rule: str) -> str | None:
@@ -102,7 +109,7 @@ class SettingsPanel(Vertical):
                 yield Label("drafter", classes="label")
                 yield Select([(d, d) for d in self.drafters], value=self._drafter_value(s), allow_blank=False,
                              compact=True, id="set-drafter",
-                             tooltip="none = verifier alone; ngram = prompt lookup; mtp = the verifier's own MTP head")
+                             tooltip=DRAFTER_TIP)
             with Horizontal(classes="row"):
                 yield Label("thinking", classes="label")
                 yield Checkbox("", s.thinking, compact=True, id="set-thinking",

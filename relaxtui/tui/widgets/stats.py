@@ -5,8 +5,8 @@ Two speed-ups, each named for what it is:
 - **wall-clock**: this reply's tokens/s over the verifier alone's, the latter timed on this machine when the
   models loaded (``LoopCosts.ar_step_s``: a one-token verify block plus its emission).
 - **priced (this machine)**: this reply's own rounds priced by the cost model with the costs timed at load
-  (the "this-machine" profile), against the verifier alone writing as many tokens — what eval and bench call
-  the proxy speed-up. It is not disturbed by what else the machine does during the reply.
+  (the "this-machine" profile), against the verifier alone writing as many tokens — what eval and tune call
+  the priced speed-up (``display.PRICED``). It is not disturbed by what else the machine does during the reply.
 
 The break-even mean accepted length at the reply's N comes from the same cost model, and is shown only when the
 reply is below it by that model (priced speed-up under 1, mean length under the break-even). A value not
@@ -23,10 +23,11 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from relaxtui.costmodel.auto import break_even_length, priced_speedup
 from relaxtui.costmodel.calibrate import LoopCosts
+from relaxtui.costmodel.pricing import BreakEven, Rounds, break_even, priced_speedup, rounds_of_metrics
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.events import Metrics, TokenEvent
+from relaxtui.display import PRICED, WALL_CLOCK
 
 LEVELS = " ▁▂▃▄▅▆▇█"
 DASH = "–"  # not measured yet
@@ -43,18 +44,30 @@ def position_bars(acceptance: list[float]) -> str:
     return f"pos {blocks} {values}"
 
 
-def below_break_even(cost: LoopCosts, counters: RoundCounters, priced: float) -> tuple[int, float] | None:
-    """(N, the mean accepted length N needs to match the verifier alone) when this reply is below it, else None.
+def below_break_even(cost: LoopCosts, counters: RoundCounters, priced: float) -> BreakEven | None:
+    """N's break-even (`pricing.break_even`) when this reply is below it, else None.
 
     Both sides come from the cost model: the priced speed-up of the reply's own rounds is below 1 *and* its mean
-    accepted length is below ``break_even_length(cost, N)`` (what `profiles show` and `generate` print for N). The
-    two agree except at the margin (a last verifier-only round, full-accept re-syncs); there nothing is claimed,
-    so the line never sits next to a mean length above the break-even, nor next to a priced speed-up over 1."""
+    accepted length is below N's break-even (what `profiles show` and `generate` print for N). The two agree except
+    at the margin (a last verifier-only round, full-accept re-syncs); there nothing is claimed, so the line never
+    sits next to a mean length above the break-even, nor next to a priced speed-up over 1."""
     n = max(counters.draft_lengths, default=0)
     if n == 0 or priced >= 1.0:
         return None
-    needed = break_even_length(cost, n)
-    return (n, needed) if counters.mean_accepted_length < needed else None
+    even = break_even(cost.profile(blocks=n + 1), n)
+    return even if even.below(counters.mean_accepted_length) else None
+
+
+def break_even_line(even: BreakEven) -> str:
+    """One line of the panel (about 32 columns): the length N needs, or that no rate makes N pay here."""
+    if even.length is None:
+        return f" no acceptance rate pays at N={even.n}"
+    return f" break-even at N={even.n}: length {even.length:.2f}"
+
+
+def priced_reply(cost: LoopCosts, rounds: Rounds) -> float:
+    """A reply's own rounds priced by this machine's profile against the verifier alone (`pricing`)."""
+    return priced_speedup(cost.profile(blocks=max(rounds.by_length, default=0) + 1), rounds)
 
 
 def rate(tokens_per_s: float) -> str:
@@ -87,6 +100,7 @@ class StatsPanel(Vertical):
         self._last_round = -1
         self.draft_max = 0
         self.final_tokens_per_s: float | None = None
+        self.final_rounds: Rounds | None = None  # the finished reply's rounds, as the loop counted them
 
     def compose(self) -> ComposeResult:
         yield FixedLines(id="stats-numbers")
@@ -101,6 +115,7 @@ class StatsPanel(Vertical):
         self._last_round = -1
         self.draft_max = draft_max
         self.final_tokens_per_s = None
+        self.final_rounds = None
         self.show()
 
     def observe_many(self, events: Sequence[TokenEvent]) -> None:
@@ -115,6 +130,8 @@ class StatsPanel(Vertical):
     def finish(self, metrics: Metrics) -> None:
         """At the end, show the loop's own decode-time tokens/s (the running value counts round time only)."""
         self.final_tokens_per_s = metrics.tokens_per_s
+        # the loop's own counters: they hold the round that decoded the end token, which no token event shows
+        self.final_rounds = rounds_of_metrics([metrics])
         self.show()
 
     def replay(self, events: Sequence[TokenEvent], metrics: Metrics) -> None:
@@ -126,6 +143,12 @@ class StatsPanel(Vertical):
     def set_cost(self, cost: LoopCosts) -> None:
         self.cost = cost
         self.show()
+
+    def rounds(self) -> Rounds:
+        """What the priced speed-up prices: the rounds seen so far, or once finished the loop's own count."""
+        if self.final_rounds is not None:
+            return self.final_rounds
+        return Rounds.of(self.counters.draft_lengths, self.tokens, full_rounds=self.counters.full_rounds)
 
     def tokens_per_s(self) -> float | None:
         """This reply's tokens/s; None before its first round."""
@@ -146,12 +169,12 @@ class StatsPanel(Vertical):
             "speed-up vs verifier alone",
         ]
         wall_clock = f"{tps * cost.ar_step_s:.2f}x" if cost and tps else DASH
-        priced = priced_speedup(cost, c.draft_lengths, c.full_rounds, self.tokens) if cost and measured else None
-        lines += [f" {'wall-clock':<22}{wall_clock}",
-                  f" {'priced (this machine)':<22}{DASH if priced is None else f'{priced:.2f}x'}"]
+        priced = priced_reply(cost, self.rounds()) if cost and measured else None
+        lines += [f" {WALL_CLOCK:<22}{wall_clock}",
+                  f" {PRICED + ' (this machine)':<22}{DASH if priced is None else f'{priced:.2f}x'}"]
         below = below_break_even(cost, c, priced) if cost is not None and priced is not None else None
         if below is not None:
-            lines.append(f" break-even at N={below[0]}: length {below[1]:.2f}")
+            lines.append(break_even_line(below))
         return lines
 
     def show(self) -> None:
