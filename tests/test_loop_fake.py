@@ -7,9 +7,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, TokenEvent, Verdict
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, softmax
 from relaxtui.errors import UserError
 from tests.conftest import VOCAB, fake

@@ -161,8 +161,9 @@ def test_contexts_keep_the_snapshots_the_draft_length_needs_and_no_more(monkeypa
     """The verifier keeps N snapshots (a verify batch [last, x_1..x_N] rolls back N at most), so strict greedy at N
     takes no checkpoint of it; a hybrid LM drafter keeps none (it drafts from a checkpoint restored after each
     draft). Output: the verifier alone's."""
+    from relaxtui.decoding.config import GenerationConfig
     from relaxtui.decoding.drafters import ModelDrafter
-    from relaxtui.decoding.loop import GenerationConfig, generate
+    from relaxtui.decoding.loop import generate
     from relaxtui.decoding.sampling import SamplingParams
     from relaxtui.engine.llama import LlamaModel
     from relaxtui.session import ModelOptions, load_pair
