@@ -6,9 +6,9 @@ Runs with the system Python (stdlib only) because it is what creates the environ
 Why the wheel cache: llama-cpp-python ships only an sdist, so pip compiles llama.cpp (~5 min on 2 cores),
 and pip's own cache ignores CMAKE_ARGS. We build the wheel once per set of build flags and keep it under
 ``$RELAXTUI_CACHE/wheels/<key>/``. Why the flags: the stock native build segfaults in ``llama_decode`` on
-VMs that advertise AMX (SPEC §6), so we never build with ``GGML_NATIVE=ON``; we name the CPU features this
-machine has and turn AMX off. ``RELAXTUI_BACKEND=cpu|cuda|metal`` picks the accelerator (default: metal on
-Apple silicon, cuda when ``nvcc`` is on PATH and ``nvidia-smi`` sees a GPU, else cpu).
+VMs that advertise AMX (docs/architecture.md#llamacpp-pitfalls), so we never build with ``GGML_NATIVE=ON``; we name the
+CPU features this machine has and turn AMX off. ``RELAXTUI_BACKEND=cpu|cuda|metal`` picks the accelerator (default:
+metal on Apple silicon, cuda when ``nvcc`` is on PATH and ``nvidia-smi`` sees a GPU, else cpu).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def ensure_venv() -> None:
     if not venv_python().exists():
         log(f"creating virtualenv {VENV}")
         run([sys.executable, "-m", "venv", str(VENV)])
-        run([str(venv_python()), "-m", "pip", "install", "-q", "--upgrade", "pip"])
+        pip_quietly(["install", "-q", "--upgrade", "pip"])
 
 
 def installed_version(package: str) -> str | None:
@@ -140,26 +140,60 @@ def ensure_llama_cpp() -> None:
             (wheel_dir / "BUILD_FLAGS.txt").write_text(key_source + "\n")
         wheels = sorted(wheel_dir.glob("llama_cpp_python-*.whl"))
     log(f"installing cached wheel {wheels[-1].name} ({key})")
-    run([str(venv_python()), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheels[-1])])
+    pip_quietly(["install", "-q", "--force-reinstall", "--no-deps", str(wheels[-1])])
     # llama-cpp-python's own runtime dependencies (the wheel was installed without them).
-    run([str(venv_python()), "-m", "pip", "install", "-q", "numpy", "typing-extensions", "diskcache", "jinja2"])
+    pip_quietly(["install", "-q", "numpy", "typing-extensions", "diskcache", "jinja2"])
     for old in VENV.glob(".llama-build-*"):
         old.unlink()
     stamp.touch()
 
 
-def ensure_package(extras: str) -> None:
-    pyproject = ROOT / "pyproject.toml"
-    digest = hashlib.sha256(pyproject.read_bytes() + extras.encode()).hexdigest()[:16]
-    stamp = VENV / f".relaxtui-{digest}"
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def installed_extras(pyproject: bytes, requested: str) -> set[str] | None:
+    """The extras the editable install has for this pyproject.toml (None: not installed for it). The stamp
+    ``.relaxtui-<digest of pyproject.toml>`` lists them, so `scripts/dev demo` (no extras) after `scripts/dev
+    test` (test,cluster) finds everything there instead of reinstalling; an older stamp named by the digest of
+    pyproject.toml and one extras string (empty, read as no extras) counts for that string."""
+    stamp = VENV / f".relaxtui-{_digest(pyproject)}"
     if stamp.exists():
+        return {name for name in stamp.read_text().split(",") if name}
+    if (VENV / f".relaxtui-{_digest(pyproject + requested.encode())}").exists():
+        return {name for name in requested.split(",") if name}
+    return None
+
+
+def pip_quietly(args: list[str]) -> None:
+    """pip, its output shown only when it fails: setuptools prints deprecation boxes on every editable build."""
+    result = subprocess.run([str(venv_python()), "-m", "pip", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        sys.exit(f"[setup] pip {' '.join(args)} failed (exit {result.returncode})")
+
+
+def ensure_package(extras: str) -> None:
+    """Install relaxtui editable with ``extras`` unless this pyproject.toml is installed with them already (the
+    cached path: no pip at all)."""
+    pyproject = (ROOT / "pyproject.toml").read_bytes()
+    wanted = {name.strip() for name in extras.split(",") if name.strip()}
+    have = installed_extras(pyproject, extras)
+    if have is not None and wanted <= have:
+        stamp = VENV / f".relaxtui-{_digest(pyproject)}"
+        if not stamp.exists():  # an older stamp: write the current one, nothing to install
+            stamp.write_text(",".join(sorted(have)))
         return
-    log(f"installing relaxtui[{extras}] (editable)")
-    target = f"{ROOT}[{extras}]" if extras else str(ROOT)
-    run([str(venv_python()), "-m", "pip", "install", "-q", "-e", target])
+    # what an earlier pyproject.toml was installed with stays: one reinstall serves demo and test alike
+    earlier = {name for old in VENV.glob(".relaxtui-*") for name in old.read_text().split(",") if name}
+    wanted |= (have or set()) | earlier
+    names = ",".join(sorted(wanted))
+    log(f"installing relaxtui[{names}] (editable; about a minute into a new virtualenv)")
+    pip_quietly(["install", "-q", "-e", f"{ROOT}[{names}]" if names else str(ROOT)])
     for old in VENV.glob(".relaxtui-*"):
         old.unlink()
-    stamp.touch()
+    (VENV / f".relaxtui-{_digest(pyproject)}").write_text(names)
 
 
 def main() -> None:

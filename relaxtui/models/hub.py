@@ -134,7 +134,7 @@ def hub_errors(repo: str, *, token: str | None, repo_type: str = "model", revisi
         raise UserError(f"{repo} has no revision {revision or 'main'!r}") from None
     except hf.RemoteEntryNotFoundError as exc:
         raise UserError(f"{repo} has no such file: {show(exc.response.url.path.rsplit('/', 1)[-1])}") from None
-    except (hf.LocalEntryNotFoundError, *transport_errors()) as exc:
+    except (hf.LocalEntryNotFoundError,) + transport_errors() as exc:
         cause = exc.__cause__ or exc.__context__  # the library says "not in the cache" for a HEAD that failed
         if isinstance(cause, hf.FileMetadataError):  # answered, but not like a hub
             raise UserError(f"the answer for a file of {repo} lacks the headers a Hugging Face hub sends "

@@ -59,7 +59,7 @@ def reachable(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
 
     try:
         get_session().head(endpoint, timeout=timeout, follow_redirects=False)
-    except (*transport_errors(), OSError):  # refused, timed out, no route, no such host
+    except transport_errors() + (OSError,):  # refused, timed out, no route, no such host
         return False
     return True
 
@@ -77,9 +77,9 @@ def offline_unless_reachable(endpoint: str) -> Iterator[bool]:
     modules = [constants, *([sys.modules["datasets.config"]] if "datasets.config" in sys.modules else [])]
     saved = [module.HF_HUB_OFFLINE for module in modules]
     for module in modules:
-        module.HF_HUB_OFFLINE = True
+        module.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]  # a module's global, patched (mypy: read-only)
     try:
         yield True
     finally:
         for module, value in zip(modules, saved, strict=True):
-            module.HF_HUB_OFFLINE = value
+            module.HF_HUB_OFFLINE = value  # type: ignore[attr-defined]  # restored (as above)
