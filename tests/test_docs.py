@@ -177,6 +177,8 @@ def _argv(line: str, variables: dict[str, str]) -> list[str] | None:
         return None
     if words[:1] == ["$"]:
         words = words[1:]
+    if words[-1:] == ["&"]:  # started in the background (a server, then a client in the next line)
+        words = words[:-1]
     if not words or not (words[0] == "relaxtui" or words[0].endswith("/relaxtui")):
         return None
     return [_word(word, variables) for word in words[1:]]

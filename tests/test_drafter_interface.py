@@ -160,8 +160,17 @@ def test_drafters_are_built_by_the_factory_alone():
     assert _violations("build", "rest") == {}
 
 
+# The one drafter built outside the factory, on purpose and in one place: prompt scoring (echo + logprobs) rides the
+# batched loop as a stand-in job whose "drafter" decodes the prompt in its begin() and stops (serve/scoring.py), so
+# scoring shares the queue, limits and drain with generation without a scoring step in the loop. It drafts nothing.
+# Debt, not design: a first-class scoring job in decoding/batched.py would remove it (noted in the issue tracker).
+SCORING_STAND_IN = "serve/scoring.py"
+
+
 def test_the_server_builds_its_drafters_through_the_factory():
-    assert _violations("build", "serve") == {}
+    found = _violations("build", "serve")
+    assert set(found) <= {SCORING_STAND_IN}  # any other module of the server: a drafter built outside the factory
+    assert all("BaseDrafter" in hit for hit in found.get(SCORING_STAND_IN, []))  # and the stand-in builds no kind
 
 
 def test_the_tui_does_not_inspect_or_build_a_drafter_either():

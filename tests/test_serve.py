@@ -24,8 +24,9 @@ import pytest
 import uvicorn
 
 from relaxtui.commands.serve import bind
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished
-from relaxtui.decoding.loop import GenerationConfig, generate
+from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, softmax
 from relaxtui.rules import make
 from relaxtui.serve.app import ServeSettings, build_app
@@ -93,7 +94,7 @@ def chat_tokens(text: str) -> list[int]:
 
 
 def _message(text: str):
-    from relaxtui.engine.text import Message
+    from relaxtui.text import Message
 
     return Message("user", text)
 
@@ -154,7 +155,8 @@ def test_verdicts_timings_and_stats_in_streams_and_responses():
         assert last["timings"]["draft_n"] > 0 and last["timings"]["predicted_n"] == 16
         stats = last["relaxtui"]["stats"]
         assert stats["rule"] == "cactus" and stats["alpha"] == 1.0 and stats["draft_max"] == 2
-        assert 0 <= stats["acceptance_rate"] <= 1 and stats["mean_accepted_length"] >= 1 and stats["proxy_speedup"] > 0
+        assert 0 <= stats["acceptance_rate"] <= 1 and stats["mean_accepted_length"] >= 1 and stats["priced_speedup"] > 0
+        assert stats["priced_by"] == "memory-bound:0.1" and "proxy_speedup" not in stats  # the fake pair has no costs
         whole = api.chat.completions.create(**body, temperature=1.0, seed=3)
         extension = whole.choices[0].model_extra["relaxtui"]
         assert [t["verdict"] for t in extension["tokens"]] == [t["verdict"] for t in tokens]  # same seed, same run
@@ -370,7 +372,7 @@ BAD = [  # (path, body, param named in the error)
                               "speculative": {"rule": "scd:0.5", "draft_kind": "ngram"}}, "speculative.draft_kind"),
     ("/v1/completions", {"prompt": [0, 99]}, "prompt"),
     ("/v1/completions", {"prompt": 7}, "prompt"),
-    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1, "max_tokens": 2}, "max_tokens"),  # scoring: 0|1
     ("/v1/completions", {"prompt": [1] * 5000}, "prompt"),  # longer than a slot's context
 ]
 

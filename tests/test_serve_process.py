@@ -154,9 +154,9 @@ def test_smollm2_greedy_matches_generate_at_one_slot(test_model_path):
 
 @pytest.mark.model
 def test_smollm2_four_slots_agree_with_generate(test_model_path):
-    """Four requests at once in four slots: batched rows may differ from one-row decodes in the last bits (SPEC §6),
-    so agreement with `relaxtui generate` is measured (common prefix, per token) and held to the batched loop's
-    bound (tests/test_batched_real.py)."""
+    """Four requests at once in four slots: batched rows may differ from one-row decodes in the last bits
+    (docs/architecture.md#llamacpp-pitfalls), so agreement with `relaxtui generate` is measured (common prefix, per
+    token) and held to the batched loop's bound (tests/test_batched_real.py)."""
     from tests.test_batched_real import MIN_AGREEMENT
 
     expected = [generated(test_model_path, p, 24) for p in PROMPTS]

@@ -27,10 +27,16 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relaxtui.errors import UserError
-from relaxtui.serve import respond
-from relaxtui.serve.body import ApiError, read_json
-from relaxtui.serve.pair import detokenize
-from relaxtui.serve.protocol import Defaults, parse_detokenize, parse_request, parse_tokenize
+from relaxtui.serve import respond, score_reply
+from relaxtui.serve.body import ApiError, bad, read_json
+from relaxtui.serve.pair import ServedPair, detokenize
+from relaxtui.serve.protocol import (
+    CompletionRequest,
+    Defaults,
+    parse_detokenize,
+    parse_request,
+    parse_tokenize,
+)
 from relaxtui.serve.render import StopText
 from relaxtui.serve.scheduler import Scheduler, Ticket
 
@@ -120,12 +126,24 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
                                  else 0, "processing": scheduler.processing, "deferred": scheduler.deferred})
         return error_response(scheduler.unavailable())
 
+    def card(served: Any) -> dict[str, Any]:
+        return {"id": served.name, "object": "model", "created": int(time.time()), "owned_by": "relaxtui",
+                "meta": {"n_ctx_slot": served.n_ctx, "n_vocab": served.n_vocab, "slots": served.verifier.n_seq,
+                         "drafter": settings.defaults.speculative.draft_kind, "priced_by": scheduler.profile_name,
+                         "system_fingerprint": served.fingerprint}}
+
     async def models(request: Request) -> Response:
-        served = pair()
-        return JSONResponse({"object": "list", "data": [{
-            "id": served.name, "object": "model", "created": int(time.time()), "owned_by": "relaxtui",
-            "meta": {"n_ctx_slot": served.n_ctx, "n_vocab": served.n_vocab, "slots": served.verifier.n_seq,
-                     "drafter": settings.defaults.speculative.draft_kind, "profile": scheduler.profile_spec}}]})
+        return JSONResponse({"object": "list", "data": [card(pair())]})
+
+    async def model(request: Request) -> Response:
+        served, wanted = pair(), request.path_params["model"]
+        if wanted != served.name:  # OpenAI's answer for a model it does not serve
+            raise ApiError(404, f"The model '{wanted[:200]}' does not exist (this server serves '{served.name}')",
+                           param="model", code="model_not_found")
+        return JSONResponse(card(served))
+
+    async def tokenizer_info(request: Request) -> Response:
+        return JSONResponse(pair().tokenizer_info())
 
     async def metrics(request: Request) -> Response:
         model = scheduler.pair.name if scheduler.pair is not None else ""
@@ -141,12 +159,13 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
         if checked.with_pieces:
             return JSONResponse({"tokens": [{"id": t, "piece": served.token_bytes(t).decode("utf-8", "replace")}
                                             for t in tokens]})
-        return JSONResponse({"tokens": tokens})
+        return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": served.n_ctx})  # (vLLM's too)
 
     async def detokenize_route(request: Request) -> Response:
         served = pair()
         tokens = parse_detokenize(read_json(await read_body(request, settings.max_body_bytes)), served.n_vocab)
-        return JSONResponse({"content": detokenize(served, tokens)})
+        text = detokenize(served, tokens)
+        return JSONResponse({"content": text, "prompt": text})  # llama-server's name, and vLLM's
 
     async def completion(request: Request, chat: bool) -> Response:
         endpoint = "chat" if chat else "completions"
@@ -169,16 +188,35 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
             prompts = [await asyncio.to_thread(served.text_tokens, p) if isinstance(p, str) else list(p)
                        for p in checked.prompts]
             echo = [p if isinstance(p, str) else detokenize(served, p) for p in checked.prompts]
+        if checked.scoring:
+            return await _score(request, served, checked, prompts, echo)
         choices = len(prompts) * checked.n
         ticket = Ticket(asyncio.get_running_loop(), choices, time.monotonic() + settings.timeout_s)
         jobs = scheduler.jobs(checked, prompts, ticket, "messages" if chat else "prompt")
         scheduler.submit(jobs)
         out = respond.Reply(checked, ticket, checked.model or served.name, scheduler.profile,  # type: ignore[arg-type]
                                 served.token_bytes, echo,
-                                [respond.Choice(i, StopText(checked.stop)) for i in range(choices)])
+                                [respond.Choice(i, StopText(checked.stop)) for i in range(choices)],
+                                fingerprint=served.fingerprint)
         if checked.stream:
             return await respond.stream(request, out)
         return await respond.full(request, out)
+
+    async def _score(request: Request, served: ServedPair, checked: CompletionRequest, prompts: list[list[int]],
+                     texts: list[str]) -> Response:
+        """echo with logprobs: each prompt scored by the verifier on the model thread (relaxtui.serve.scoring)."""
+        for j, prompt in enumerate(prompts):
+            where = "prompt" if len(prompts) == 1 else f"prompt[{j}]"
+            if not prompt:
+                raise bad(where, "the prompt is empty")
+            if len(prompt) > served.n_ctx:
+                raise bad(where, f"the prompt has {len(prompt)} tokens but a slot holds {served.n_ctx} "
+                                 "(--ctx-size): a scored prompt must fit one slot")
+        ticket = Ticket(asyncio.get_running_loop(), len(prompts), time.monotonic() + settings.timeout_s)
+        scheduler.submit(scheduler.scoring_jobs(prompts, checked.logprobs or 0, ticket))
+        return await score_reply.respond(request, score_reply.ScoreReply(
+            checked, ticket, checked.model or served.name, served.fingerprint, texts, served.token_bytes,
+            served.verifier.is_eog))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -202,6 +240,8 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
     routes = [
         Route("/health", _answer(health)), Route("/v1/health", _answer(health)),
         Route("/v1/models", _answer(models)), Route("/models", _answer(models)),
+        Route("/v1/models/{model:path}", _answer(model)), Route("/models/{model:path}", _answer(model)),
+        Route("/tokenizer_info", _answer(tokenizer_info)), Route("/v1/tokenizer_info", _answer(tokenizer_info)),
         Route("/metrics", _answer(metrics)),
         Route("/v1/chat/completions", post(lambda r: completion(r, True)), methods=["POST"]),
         Route("/chat/completions", post(lambda r: completion(r, True)), methods=["POST"]),

@@ -11,11 +11,12 @@ it is a 400 naming the field (``messages[0].content``, ``prompt[1]``, ``stop``),
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
+from relaxtui.checks import BadValue, Maybe, Whole
 from relaxtui.display import type_name
+from relaxtui.options import Setting, field_of
 
 
 class ApiError(Exception):
@@ -133,27 +134,26 @@ def get_int(body: dict[str, Any], name: str, low: int, high: int, where: str = "
     return value
 
 
-def is_finite_number(value: object) -> bool:
-    """A JSON number a float can hold: not a bool, not a 400-digit integer (``math.isfinite`` would overflow)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
-def get_number(body: dict[str, Any], name: str, low: float, high: float, *, low_open: bool = False,
-               where: str = "") -> float | None:
-    value = body.get(name)
+def get_setting(body: dict[str, Any], setting: Setting) -> Any:
+    """The request field of an option-table setting (``setting.key`` in ``body``, the object that holds it), checked
+    by the table's own check, the one its flag uses; None when absent. JSON may spell a whole number ``3.0``: taken as
+    3 where the setting is whole. A refusal names the field: ``speculative.draft_max: must be in 0..64 (got 99)``."""
+    value = body.get(setting.key)
     if value is None:
         return None
-    if not is_finite_number(value):
-        raise bad(where + name, f"must be a finite number (got {json_type(value)})")
-    if value < low or value > high or (low_open and value == low):
-        span = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-        raise bad(where + name, f"must be in {span} (got {float(value):g})")
-    return float(value)
+    whole = setting.check.inner if isinstance(setting.check, Maybe) else setting.check
+    if isinstance(whole, Whole) and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        return setting.check.check(value, setting.name)
+    except BadValue as exc:
+        raise bad(setting.request_name, exc.problem) from None
+
+
+def setting_error(exc: BadValue) -> ApiError:
+    """A lower layer's refusal of a setting (a rule's knob, a rule that cannot run greedy) as a 400 naming the request
+    field that carries it: the server's spelling of the setting the message names."""
+    return bad(field_of(exc.name), exc.problem)
 
 
 def get_text(body: dict[str, Any], name: str, where: str = "") -> str | None:

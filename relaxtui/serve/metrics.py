@@ -36,6 +36,8 @@ class ServerMetrics:
         self.prefill_s = 0.0
         self.decode_s = 0.0
         self.sequences = 0
+        self.scored_tokens = 0  # prompt tokens scored (echo with logprobs), and the model thread's seconds on them
+        self.scored_s = 0.0
         self.requests: dict[tuple[str, str], int] = {}  # (endpoint, outcome) -> count
         self._recent: deque[tuple[float, int]] = deque()  # (when, tokens) for the rolling rate
 
@@ -51,6 +53,11 @@ class ServerMetrics:
             self.prefill_s += metrics.prefill_s
             self.decode_s += metrics.decode_s
             self.sequences += 1
+
+    def observe_scored(self, tokens: int, seconds: float) -> None:
+        with self._lock:
+            self.scored_tokens += tokens
+            self.scored_s += seconds
 
     def observe_request(self, endpoint: str, outcome: str) -> None:
         with self._lock:
@@ -97,6 +104,10 @@ class ServerMetrics:
                    [("", self.decode_s)])
             metric("sequences_finished_total", "counter", "Sequences (choices) that left the batch.",
                    [("", self.sequences)])
+            metric("prompt_tokens_scored_total", "counter", "Prompt tokens scored (echo with logprobs).",
+                   [("", self.scored_tokens)])
+            metric("prompt_scored_seconds_total", "counter", "Model-thread seconds spent scoring prompts.",
+                   [("", self.scored_s)])
             metric("requests_total", "counter", "HTTP requests by endpoint and outcome.",
                    [(f'{{endpoint="{e}",outcome="{o}"}}', n) for (e, o), n in sorted(self.requests.items())])
         metric("requests_processing", "gauge", "Sequences holding a slot now.", [("", processing)])

@@ -7,30 +7,37 @@ own template as ``relaxtui generate`` does; ``FakeServedPair`` is the determinis
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
-from relaxtui.decoding.backend import FakeBackend, MultiBackend
-from relaxtui.decoding.drafters import DrafterOptions, make_drafter
-from relaxtui.engine.text import Message
-from relaxtui.session import LoadedPair, ModelOptions, chat_template, conversation_tokens, load_pair
+from relaxtui.costmodel.profiles import SHIPPED
+from relaxtui.decoding.drafters import Drafter, DrafterOptions, Openers, drafter_kind, make_drafter
+from relaxtui.engine.api import Model
+from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
+from relaxtui.options import DRAFT_KIND
+from relaxtui.serve.body import bad
+from relaxtui.session import LoadedPair, ModelOptions, chat_template, conversation_tokens, load_drafter, load_pair
+from relaxtui.text import Message
 
-FAKE_WORDS = (" the", " cat", " sat", " on", " a", " warm", " mat", ".", " It", " purred", " softly", ",",
-              " and", " slept", " well", "\n")
+FAKE_DRAFT_KIND = "model"  # the fake pair's own drafter: an LM over the fake draft table
 
 
 class ServedPair(Protocol):
     name: str  # the model id /v1/models lists
-    verifier: MultiBackend
-    drafter: Any  # the loop's drafter (model or n-gram), None for the verifier alone
-    ngram: Any  # an n-gram drafter any request may ask for instead (it holds no model), or None
+    verifier: Model
+    drafter: Any  # the loop's drafter (the server's own kind), None for the verifier alone
     n_ctx: int  # tokens per slot
     n_vocab: int
+    fingerprint: str  # responses' system_fingerprint: this build and these model files
 
+    def drafter_for(self, kind: str) -> Drafter: ...  # the one drafter of a kind requests ask for (KindDrafters)
+    def tokenizer_info(self) -> dict[str, Any]: ...  # GET /tokenizer_info (vLLM's; lm-eval's remote tokenizer)
     def chat_tokens(self, messages: Sequence[Message], thinking: bool | None) -> list[int]: ...
     def text_tokens(self, text: str, *, add_special: bool = True) -> list[int]: ...
     def token_bytes(self, token: int) -> bytes: ...
@@ -41,19 +48,81 @@ def detokenize(pair: ServedPair, tokens: Sequence[int]) -> str:
     return b"".join(pair.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
 
+def system_fingerprint(parts: Sequence[str]) -> str:
+    """OpenAI's ``system_fingerprint``: "fp_" and 12 hex digits of what fixes the outputs (the build, the model
+    files' contents); one value for a server's life, a new one when either changes."""
+    return "fp_" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
+def build_identity() -> list[str]:
+    """relaxtui's and llama.cpp's versions and the CPU features the llama.cpp build uses."""
+    import llama_cpp
+
+    from relaxtui import __version__
+
+    features = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    return [f"relaxtui {__version__}", f"llama-cpp-python {llama_cpp.__version__}", features]
+
+
+def _special_text(model: Any, token: int) -> str | None:
+    return model.token_piece(token, special=True).decode("utf-8", "replace") if token >= 0 else None
+
+
+class KindDrafters:
+    """The drafters a server's requests pick by ``draft_kind``: its own drafter for its own kind, and one instance of
+    each standalone kind (prompt lookup, the n-gram family, suffix: no model file), built by the factory on the first
+    request that asks for it and kept for the server's life, so a kind's shared corpus (earlier outputs) learns
+    across requests. Which kinds a request may name is the protocol's (``Defaults.draft_kinds``)."""
+
+    def __init__(self, own: Drafter | None, build: Callable[[str], Drafter]) -> None:
+        self.own, self.build = own, build
+        self.built: dict[str, Drafter] = {}
+        self.lock = threading.Lock()  # request handlers ask from several threads
+
+    def get(self, kind: str) -> Drafter:
+        if self.own is not None and self.own.traits.kind == kind:
+            return self.own
+        if not drafter_kind(kind).standalone:
+            raise bad(DRAFT_KIND.request_name, f"this server holds no {kind!r} drafter")  # Defaults.draft_kinds
+        with self.lock:
+            if kind not in self.built:
+                self.built[kind] = self.build(kind)
+            return self.built[kind]
+
+    def close(self) -> None:
+        with self.lock:
+            for drafter in self.built.values():
+                drafter.close()
+            self.built.clear()
+
+
 class LlamaServedPair:
     """A loaded GGUF pair, ``options.parallel`` sequences per context."""
 
     def __init__(self, options: ModelOptions) -> None:
         self.loaded: LoadedPair = load_pair(options)
+        self.options = options  # threads, GPU layers, context: what this machine's cached profile is keyed by
         self.verifier = self.loaded.verifier
         self.drafter = self.loaded.drafter
-        ngram = DrafterOptions(kind="ngram", ngram_min=options.ngram_min, ngram_max=options.ngram_max)
-        self.ngram = (make_drafter(ngram, self.verifier)
-                      if self.drafter is not None and self.drafter.traits.kind != "ngram" else None)
+        # a standalone kind through the same factory and options as the command line's drafter (it opens no file)
+        self.kinds = KindDrafters(self.drafter, lambda kind: load_drafter(  # type: ignore[arg-type, return-value]
+            replace(options, draft_kind=kind, drafter=kind), self.verifier))
         self.name = self.loaded.verifier_path.name
         self.n_ctx, self.n_vocab = self.verifier.n_ctx, self.verifier.n_vocab
         self._template = chat_template(self.verifier)
+        from relaxtui.engine.gguf import model_fingerprint
+
+        files = [self.loaded.verifier_path, *([self.loaded.drafter_path] if self.loaded.drafter_path else [])]
+        self.fingerprint = system_fingerprint([*build_identity(), f"drafter {self.loaded.drafter_name}",
+                                               *(f"{f.name} {model_fingerprint(f)}" for f in files)])
+
+    def tokenizer_info(self) -> dict[str, Any]:
+        model = self.verifier
+        return {"tokenizer_class": "llama.cpp", "bos_token": _special_text(model, model.bos),
+                "bos_token_id": model.bos if model.bos >= 0 else None, "eos_token": _special_text(model, model.eos),
+                "eos_token_id": model.eos if model.eos >= 0 else None, "pad_token": None,
+                "add_bos_token": model.add_bos, "chat_template": self._template.source,
+                "model_max_length": self.n_ctx, "vocab_size": self.n_vocab}
 
     def chat_tokens(self, messages: Sequence[Message], thinking: bool | None) -> list[int]:
         return conversation_tokens(self.verifier, self._template, messages, thinking=thinking)
@@ -64,7 +133,11 @@ class LlamaServedPair:
     def token_bytes(self, token: int) -> bytes:
         return self.verifier.token_piece(token)
 
+    def drafter_for(self, kind: str) -> Drafter:
+        return self.kinds.get(kind)
+
     def close(self) -> None:
+        self.kinds.close()
         self.loaded.close()
 
 
@@ -76,11 +149,7 @@ class FakeServedPair:
     def __init__(self, n_seq: int = 1, *, seed: int = 7, n_ctx: int = 4096, delay_s: float = 0.0,
                  gate: threading.Event | None = None, tables: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """``tables``: the verifier's and drafter's Markov logits (row = previous token) instead of the demo's."""
-        if tables is None:
-            rng = np.random.default_rng(seed)
-            target = rng.normal(scale=2.5, size=(len(FAKE_WORDS), len(FAKE_WORDS)))
-            tables = target, target + rng.normal(scale=1.2, size=target.shape)
-        target, draft = tables
+        target, draft = tables if tables is not None else demo_tables(seed)
         vocab = target.shape[1]
         pieces = [w.encode() for w in FAKE_WORDS[:vocab]]
 
@@ -92,11 +161,21 @@ class FakeServedPair:
         self.verifier = _GatedBackend(verifier_logits, vocab, pieces=pieces, n_ctx=n_ctx, n_seq=n_seq, gate=gate)
         self.tables = (target, draft)
         self._draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx, n_seq=n_seq)
-        self.drafter = make_drafter(DrafterOptions(kind="model", n_seq=n_seq, n_ctx=n_ctx), self.verifier,
-                                    open_model=lambda _: self._draft_model)
-        self.ngram = make_drafter(DrafterOptions(kind="ngram"), self.verifier)
+        openers = Openers(model=lambda _: self._draft_model)
+        self.drafter = make_drafter(DrafterOptions(kind=FAKE_DRAFT_KIND, n_seq=n_seq, n_ctx=n_ctx), self.verifier,
+                                    openers)
+        self.kinds = KindDrafters(self.drafter, lambda kind: make_drafter(
+            DrafterOptions(kind=kind, n_seq=n_seq, n_ctx=n_ctx), self.verifier, openers))
         self.name = "fake-verifier"
+        # no costs to measure: responses are priced by the idealised memory-bound profile, named as such
+        self.cost_profile = SHIPPED["memory-bound"]
         self.n_ctx, self.n_vocab = n_ctx, vocab
+        self.fingerprint = system_fingerprint(["fake", hashlib.sha256(target.tobytes() + draft.tobytes()).hexdigest()])
+
+    def tokenizer_info(self) -> dict[str, Any]:
+        return {"tokenizer_class": "fake", "bos_token": None, "bos_token_id": None, "eos_token": None,
+                "eos_token_id": None, "pad_token": None, "add_bos_token": False, "chat_template": None,
+                "model_max_length": self.n_ctx, "vocab_size": self.n_vocab}
 
     def chat_tokens(self, messages: Sequence[Message], thinking: bool | None) -> list[int]:
         return self.text_tokens("".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant:")
@@ -107,8 +186,11 @@ class FakeServedPair:
     def token_bytes(self, token: int) -> bytes:
         return FAKE_WORDS[token].encode()
 
+    def drafter_for(self, kind: str) -> Drafter:
+        return self.kinds.get(kind)
+
     def close(self) -> None:
-        pass
+        self.kinds.close()
 
 
 class _GatedBackend(FakeBackend):

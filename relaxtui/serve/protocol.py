@@ -6,30 +6,48 @@ was checked first (``body.read_json``: UTF-8, strict JSON, an object, every stri
 exact: a bool is not a number, ``1.0`` is not an integer count, ``NaN`` is refused by the JSON reader itself.
 Fields of the OpenAI API that would change what the verifier's distribution means (penalties, logit bias, tools,
 structured output) are refused rather than ignored; fields that change nothing here (``user``, ``metadata``) are
-ignored, as every OpenAI-compatible server does, so SDKs that send them keep working.
+ignored, as every OpenAI-compatible server does, so SDKs that send them keep working. A field that sets one of the
+option table's settings (``relaxtui.options``: temperature, seed, ``speculative.draft_max``, …) is read with the
+table's own check, the one its flag uses, and a refusal from further down (a rule's knob) names the setting, which
+becomes its field here; the request's rule is built here, once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from relaxtui.checks import SEED_LIMIT  # the --seed flag's bound, one definition
+from relaxtui.checks import BadValue
 from relaxtui.decoding.drafters import DRAFT_KINDS as drafter_kinds
-from relaxtui.decoding.loop import MAX_DRAFT
-from relaxtui.decoding.sampling import MIN_TEMPERATURE, SamplingParams
-from relaxtui.engine.text import Message
+from relaxtui.decoding.drafters import drafter_kind
+from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
-from relaxtui.rules import RULES, make, split_spec
-from relaxtui.serve.body import bad, get_bool, get_int, get_number, get_text, is_finite_number, json_type
+from relaxtui.options import (
+    ALPHA,
+    DRAFT_KIND,
+    DRAFT_MAX,
+    MAX_TOKENS,
+    RULE,
+    SEED,
+    SPECULATIVE,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+)
+from relaxtui.rules import Rule, make, split_spec
+from relaxtui.serve.body import bad, get_bool, get_int, get_setting, get_text, json_type, setting_error
+from relaxtui.text import Message
 
 MAX_N = 16  # choices per request
 MAX_STOPS = 16
 MAX_STOP_CHARS = 512
 MAX_TOP_LOGPROBS = 20
 MAX_PROMPTS = 64  # prompts in one /v1/completions batch
-DRAFT_KINDS = (*drafter_kinds, "none")  # "none": the verifier alone
+TOP_K_OFF = -1  # how vLLM spells top-k off (the table's 0)
+MAX_COMPLETION_TOKENS = replace(MAX_TOKENS, field="max_completion_tokens")  # the newer name of max_tokens
+VERIFIER_ALONE = "none"  # the draft_kind that drafts nothing
+DRAFT_KINDS = (*drafter_kinds, VERIFIER_ALONE)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _REFUSED_IF_SET = {  # OpenAI fields that would change the sampled distribution: refused unless neutral
     "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}, "tools": [], "functions": [],
@@ -48,7 +66,7 @@ class Speculative:
 
     @property
     def drafts(self) -> bool:
-        return self.draft_kind != "none" and self.draft_max > 0
+        return self.draft_kind != VERIFIER_ALONE and self.draft_max > 0
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,8 @@ class CompletionRequest:
     verdicts: bool
     speculative: Speculative
     model: str | None
+    rule: Rule | None = None  # built once, here, for every choice of the request; None: it drafts nothing
+    scoring: bool = False  # echo with logprobs: the prompt is scored (relaxtui.serve.scoring), max_tokens is 0 or 1
 
 
 # -- fields --------------------------------------------------------------------------------------------------
@@ -104,13 +124,13 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_voc
     if include_usage and not stream:
         raise bad("stream_options", "is only allowed with stream: true")
     model = get_text(body, "model")
-    speculative = parse_speculative(body.get("speculative"), defaults)
     sampling = parse_sampling(body, defaults.sampling)
-    check_rule(speculative, sampling)
-    max_tokens = get_int(body, "max_completion_tokens", 1, 2**31 - 1)
+    speculative, rule = parse_speculative(body.get("speculative"), defaults, sampling)
+    scoring = not chat and body.get("echo") is True and body.get("logprobs") is not None
+    max_tokens = scoring_budget(body) if scoring else get_setting(body, MAX_COMPLETION_TOKENS)
     if max_tokens is None:
-        max_tokens = get_int(body, "max_tokens", 1, 2**31 - 1)
-    seed = get_int(body, "seed", 0, SEED_LIMIT - 1)
+        max_tokens = get_setting(body, MAX_TOKENS)
+    seed = get_setting(body, SEED)
     n = get_int(body, "n", 1, MAX_N) or 1
     if chat:
         messages, prompts = parse_messages(body.get("messages")), ()
@@ -121,77 +141,92 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_voc
         messages, prompts = (), parse_prompts(body.get("prompt"), n_vocab)
         logprobs = get_int(body, "logprobs", 0, MAX_TOP_LOGPROBS)
         echo = get_bool(body, "echo", False)
-        if echo and logprobs is not None:
-            raise bad("echo", "echo with logprobs (prompt log-likelihoods) is not supported; use echo without "
-                              "logprobs")
         thinking = None
     return CompletionRequest(
         chat=chat, messages=messages, prompts=prompts, thinking=thinking, n=n, stream=stream,
         include_usage=include_usage, stop=parse_stop(body.get("stop")),
         max_tokens=max_tokens if max_tokens is not None else defaults.max_tokens, sampling=sampling,
         seed=defaults.seed if seed is None else seed, logprobs=logprobs, echo=echo,
-        verdicts=get_bool(body, "verdicts", False), speculative=speculative, model=model,
+        verdicts=get_bool(body, "verdicts", False), speculative=speculative, model=model, rule=rule,
+        scoring=scoring,
     )
 
 
+def scoring_budget(body: dict[str, Any]) -> int:
+    """The completion budget of a scoring request (echo with logprobs): 0 (the prompt alone, OpenAI's
+    ``max_tokens: 0``) or 1 (lm-eval's log-likelihood requests, which drop that token); no stop strings."""
+    name, value = "max_tokens", None
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = get_int(body, name, 0, 2**31 - 1)
+        if value is not None:
+            break
+    if value is None or value > 1:
+        raise bad(name, "echo with logprobs scores the prompt: send max_tokens 0 or 1 "
+                        f"(got {'none' if value is None else value})")
+    if parse_stop(body.get("stop")):
+        raise bad("stop", "is not used when scoring a prompt (echo with logprobs)")
+    return value
+
+
 def parse_sampling(body: dict[str, Any], default: SamplingParams) -> SamplingParams:
-    temperature = get_number(body, "temperature", 0.0, 100.0)
-    if temperature is not None and 0 < temperature < MIN_TEMPERATURE:
-        raise bad("temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}: logits / T would overflow")
-    top_p = get_number(body, "top_p", 0.0, 1.0, low_open=True)
-    top_k = get_int(body, "top_k", -1, 2**31 - 1)
+    if body.get(TOP_K.key) == TOP_K_OFF:
+        body = {**body, TOP_K.key: 0}
+    temperature, top_k, top_p = (get_setting(body, setting) for setting in (TEMPERATURE, TOP_K, TOP_P))
     return SamplingParams(default.temperature if temperature is None else temperature,
-                          default.top_k if top_k is None else max(top_k, 0),  # -1 = off, as in vLLM
-                          default.top_p if top_p is None else top_p)
+                          default.top_k if top_k is None else top_k, default.top_p if top_p is None else top_p)
 
 
-def parse_speculative(value: object, defaults: Defaults) -> Speculative:
-    """The extension object: any subset of rule (NAME or NAME:KNOB), alpha, draft_max, draft_kind."""
+def parse_speculative(value: object, defaults: Defaults, sampling: SamplingParams) -> tuple[Speculative, Rule | None]:
+    """The extension object: any subset of its fields in the option table (rule as NAME or NAME:KNOB, alpha,
+    draft_max, draft_kind), resolved against the server's defaults, and the request's rule (None: it drafts
+    nothing)."""
     base = defaults.speculative
-    if value is None:
-        return base
+    value = {} if value is None else value
     if not isinstance(value, dict):
         raise bad("speculative", f"must be an object (got {json_type(value)})")
-    unknown = sorted(set(value) - {"rule", "alpha", "draft_max", "draft_kind"})
+    known = [setting.key for setting in SPECULATIVE]
+    unknown = sorted(set(value) - set(known))
     if unknown:
-        raise bad(f"speculative.{unknown[0]}", "unknown field (known: rule, alpha, draft_max, draft_kind)")
-    spec = get_text(value, "rule", "speculative.")
-    alpha = value.get("alpha")
-    if alpha is not None and not is_finite_number(alpha):
-        raise bad("speculative.alpha", f"must be a finite number (got {json_type(alpha)})")
+        raise bad(f"speculative.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
+    spec, alpha = get_setting(value, RULE), get_setting(value, ALPHA)
     if spec is None:
-        name, knob = base.rule, (float(alpha) if alpha is not None else (base.knob if "alpha" not in value else None))
+        name, knob = base.rule, (alpha if alpha is not None else (base.knob if ALPHA.key not in value else None))
     else:
         try:
-            name, knob = split_spec(spec, None if alpha is None else float(alpha))
-        except UserError as exc:
-            raise bad("speculative.rule", str(exc).replace("--rule ", "").replace("--alpha", "alpha")) from None
-        if knob is None and name == base.rule and "alpha" not in value:
+            name, knob = split_spec(spec, alpha)
+        except BadValue as exc:
+            raise setting_error(exc) from None
+        if knob is None and name == base.rule and ALPHA.key not in value:
             knob = base.knob  # the server's knob for its own rule
-    if name not in RULES:
-        raise bad("speculative.rule", f"unknown rule {name!r}; known rules: {', '.join(RULES)}")
-    try:
-        knob = make(name, knob).knob  # the knob the rule runs with (its default when none was given)
-    except UserError as exc:
-        raise bad("speculative.alpha", str(exc).replace("--alpha", "alpha")) from None
-    draft_max = get_int(value, "draft_max", 0, MAX_DRAFT, "speculative.")
-    kind = get_text(value, "draft_kind", "speculative.")
+    draft_max = get_setting(value, DRAFT_MAX)
+    kind = get_setting(value, DRAFT_KIND)
     if kind is not None and kind not in DRAFT_KINDS:
-        raise bad("speculative.draft_kind", f"must be one of {', '.join(DRAFT_KINDS)} (got {kind[:40]!r})")
+        raise bad(DRAFT_KIND.request_name, f"must be one of {', '.join(DRAFT_KINDS)} (got {kind[:40]!r})")
     if kind is not None and kind not in defaults.draft_kinds:
-        raise bad("speculative.draft_kind", f"this server cannot draft with {kind!r} (it can: "
-                                            f"{', '.join(defaults.draft_kinds)})")
-    return Speculative(name, knob, base.draft_max if draft_max is None else draft_max,
-                       base.draft_kind if kind is None else kind)
+        raise bad(DRAFT_KIND.request_name, f"this server cannot draft with {kind!r} (it can: "
+                                           f"{', '.join(defaults.draft_kinds)})")
+    speculative = Speculative(name, knob, base.draft_max if draft_max is None else draft_max,
+                              base.draft_kind if kind is None else kind)
+    rule = request_rule(speculative, sampling)
+    speculative = replace(speculative, knob=rule.knob)  # the knob the rule runs with (its default when none given)
+    return speculative, rule if speculative.drafts else None
 
 
-def check_rule(speculative: Speculative, sampling: SamplingParams) -> None:
-    """What the loop would refuse before decoding, refused here with the field to fix."""
-    rule = RULES[speculative.rule]
-    if sampling.greedy and not rule.greedy_ok and speculative.drafts:
-        raise bad("speculative.rule", f"rule {rule.name!r} cannot run greedy (temperature 0); send temperature > 0")
-    if rule.needs_draft_logits and speculative.draft_kind == "ngram" and speculative.drafts:
-        raise bad("speculative.draft_kind", f"rule {rule.name!r} needs the drafter's logits; use draft_kind 'model'")
+def request_rule(speculative: Speculative, sampling: SamplingParams) -> Rule:
+    """The request's rule, built once by the factory: its knob validated and, when the request drafts at temperature
+    0, a rule that cannot run greedy refused; what the loop would refuse before decoding, refused here as a 400 that
+    names the field to fix."""
+    try:
+        rule = make(speculative.rule, speculative.knob, temperature=sampling.temperature if speculative.drafts else 1.0)
+    except BadValue as exc:
+        raise setting_error(exc) from None
+    except UserError as exc:  # an unknown rule name (the message lists the known ones)
+        raise bad(RULE.request_name, str(exc)) from None
+    # a kind whose drafts carry no distribution (prompt lookup, the n-gram family, suffix) has no logits to give
+    if speculative.drafts and rule.needs_draft_logits and not drafter_kind(speculative.draft_kind).has_distribution:
+        raise bad(DRAFT_KIND.request_name, f"rule {rule.name!r} needs the drafter's logits, which "
+                                           f"{speculative.draft_kind!r} drafts without; use a model drafter")
+    return rule
 
 
 def parse_stop(value: object) -> tuple[str, ...]:
@@ -304,7 +339,13 @@ class TokenizeRequest:
 
 
 def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
-    """llama-server's /tokenize body: ``content`` (a string), ``add_special``, ``with_pieces``."""
+    """A /tokenize body, as llama-server reads it (``content``, ``add_special``, default false; ``with_pieces``) or
+    as vLLM does (``prompt``, ``add_special_tokens``, default true: what lm-eval's remote tokenizer sends)."""
+    if "prompt" in body and "content" not in body:  # vLLM's names
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise bad("prompt", f"must be a string (got {json_type(prompt)})")
+        return TokenizeRequest(prompt, get_bool(body, "add_special_tokens", True), False)
     content = body.get("content")
     if not isinstance(content, str):
         raise bad("content", f"must be a string (got {json_type(content)})")

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relaxtui.costmodel.profiles import CostProfile, proxy_speedup
+from relaxtui.costmodel.pricing import END_REASON, Rounds, priced_speedup
+from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.decoding.events import Finished, Metrics, TokenEvent, Verdict
 from relaxtui.errors import UserError
 from relaxtui.serve.protocol import Speculative
@@ -122,6 +123,7 @@ class Totals:
     extra_draft_steps: int = 0
     full_rounds: int = 0
     draft_lengths: list[int] = field(default_factory=list)
+    end_tokens: int = 0  # choices that ended on an end-of-generation token (its round is priced on both sides)
 
     def add(self, metrics: Metrics, shown_tokens: int, *, prompt: bool = True) -> None:
         if prompt:
@@ -143,6 +145,7 @@ class Totals:
         self.extra_draft_steps += metrics.extra_draft_steps
         self.full_rounds += metrics.full_accept_rounds
         self.draft_lengths += metrics.draft_lengths
+        self.end_tokens += metrics.finish_reason == END_REASON
 
 
 def timings(totals: Totals) -> dict[str, Any]:
@@ -168,9 +171,9 @@ def _knob(knob: float | None) -> float | str | None:
 def stats(totals: Totals, speculative: Speculative, profile: CostProfile) -> dict[str, Any]:
     """relaxtui's view: what ran, acceptance, mean accepted length, and the speed-up priced by the profile."""
     try:
-        speedup: float | None = proxy_speedup(profile, totals.output_tokens, totals.draft_lengths,
-                                              extra_draft_steps=totals.extra_draft_steps,
-                                              full_rounds=totals.full_rounds)
+        speedup: float | None = priced_speedup(profile, Rounds.of(
+            totals.draft_lengths, totals.output_tokens, full_rounds=totals.full_rounds,
+            extra_draft_steps=totals.extra_draft_steps, end_tokens=totals.end_tokens))
     except UserError:  # a block longer than the profile measures
         speedup = None
     return {
@@ -180,7 +183,7 @@ def stats(totals: Totals, speculative: Speculative, profile: CostProfile) -> dic
         "num_accepted_tokens_per_pos": list(totals.accepted_per_position),
         "acceptance_rate": totals.accepted_tokens / totals.draft_tokens if totals.draft_tokens else 0.0,
         "mean_accepted_length": 1.0 + totals.accepted_tokens / totals.rounds if totals.rounds else 0.0,
-        "proxy_speedup": speedup, "profile": profile.name,
+        "priced_speedup": speedup, "priced_by": profile.name,
     }
 
 
@@ -228,5 +231,7 @@ def finish_reason(finished: Finished, stopped_by: str | None) -> str:
     return "stop" if finished.metrics.finish_reason in ("eog", "stop") else "length"
 
 
-def envelope(kind: str, request_id: str, model: str, created: int | None = None) -> dict[str, Any]:
-    return {"id": request_id, "object": kind, "created": created or int(time.time()), "model": model}
+def envelope(kind: str, request_id: str, model: str, created: int | None = None, *,
+             fingerprint: str | None = None) -> dict[str, Any]:
+    return {"id": request_id, "object": kind, "created": created or int(time.time()), "model": model,
+            "system_fingerprint": fingerprint}

@@ -40,7 +40,7 @@ class Choice:
     index: int
     stops: StopText
     pieces: list[Piece] = field(default_factory=list)
-    offset: int = 0  # characters sent (completions' text_offset)
+    offset: int = 0  # completion characters sent: text_offset counts from the prompt's start, as OpenAI does
     raw_chars: int = 0  # characters of every token event so far (what the loop's final text starts with)
     echoed: bool = False
     finished: Finished | None = None
@@ -65,6 +65,7 @@ class Reply:
     echo: list[str]  # completions with echo: each prompt's text, shown before its choices
     choices: list[Choice] = field(default_factory=list)
     request_id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex[:24]}")
+    fingerprint: str | None = None  # system_fingerprint: the build and the models (one value per server)
 
     @property
     def kind(self) -> str:
@@ -101,6 +102,11 @@ class Reply:
         totals = self.totals(choices)
         return {"timings": render.timings(totals), "stats": render.stats(totals, self.request.speculative,
                                                                           self.profile)}
+
+    def prompt_chars(self, choice: Choice) -> int:
+        """Where a completion's text starts (its first text_offset): after its prompt, echoed or not (OpenAI's
+        offsets count from the start of the prompt)."""
+        return len(self.echo[choice.index // self.request.n]) if self.echo else 0
 
     def finish_reason(self, choice: Choice) -> str:
         if choice.failure is not None or choice.finished is None:
@@ -141,7 +147,7 @@ async def full(request: Request, out: Reply) -> Response:
     if not any(c.done for c in out.choices):
         raise ApiError(503, "the request's deadline passed before a slot was free (--timeout)", kind="timeout",
                        headers={"Retry-After": "1"})
-    body = render.envelope(out.kind, out.request_id, out.model)
+    body = render.envelope(out.kind, out.request_id, out.model, fingerprint=out.fingerprint)
     body["choices"] = [_full_choice(out, c) for c in out.choices]
     body["usage"] = render.usage(out.totals(out.choices))
     extras = out.extras(out.choices)
@@ -165,7 +171,7 @@ def _full_choice(out: Reply, c: Choice) -> dict[str, Any]:
     else:
         echo = out.echo[c.index // out.request.n] if out.request.echo else ""
         choice = {"index": c.index, "text": echo + text,
-                  "logprobs": render.completion_logprobs(c.pieces, out.token_bytes, len(echo))
+                  "logprobs": render.completion_logprobs(c.pieces, out.token_bytes, out.prompt_chars(c))
                   if out.request.logprobs is not None else None}
     choice["finish_reason"] = out.finish_reason(c)
     choice["relaxtui"] = extension
@@ -223,7 +229,8 @@ async def _sse(out: Reply, first: tuple[int, Event | Failure]) -> AsyncIterator[
             if not batch:
                 break
         if out.request.include_usage:
-            body = render.envelope(f"{out.kind}.chunk" if out.request.chat else out.kind, out.request_id, out.model)
+            body = render.envelope(f"{out.kind}.chunk" if out.request.chat else out.kind, out.request_id, out.model,
+                                   fingerprint=out.fingerprint)
             extras = out.extras(out.choices)
             body.update(choices=[], usage=render.usage(out.totals(out.choices)), timings=extras["timings"],
                         relaxtui={"stats": extras["stats"]})
@@ -253,7 +260,8 @@ def _group(out: Reply, batch: list[tuple[int, Event | Failure]]) -> list[tuple[i
 def _chunk(out: Reply, c: Choice, delta: dict[str, Any] | None, pieces: list[Piece], *,
            ended: bool = False) -> dict[str, Any]:
     text = "".join(p.text for p in pieces)
-    body = render.envelope(f"{out.kind}.chunk" if out.request.chat else out.kind, out.request_id, out.model)
+    body = render.envelope(f"{out.kind}.chunk" if out.request.chat else out.kind, out.request_id, out.model,
+                           fingerprint=out.fingerprint)
     if out.request.chat:
         choice: dict[str, Any] = {"index": c.index, "delta": delta if delta is not None else
                                   ({"content": text} if text or not ended else {}),
@@ -263,9 +271,9 @@ def _chunk(out: Reply, c: Choice, delta: dict[str, Any] | None, pieces: list[Pie
         echo = out.echo[c.index // out.request.n] if out.request.echo and not c.echoed else ""
         c.echoed = True
         choice = {"index": c.index, "text": echo + text,
-                  "logprobs": render.completion_logprobs(pieces, out.token_bytes, c.offset + len(echo))
+                  "logprobs": render.completion_logprobs(pieces, out.token_bytes, out.prompt_chars(c) + c.offset)
                   if out.request.logprobs is not None and pieces else None}
-        c.offset += len(echo) + len(text)
+        c.offset += len(text)
     choice["finish_reason"] = out.finish_reason(c) if ended else None
     body["choices"] = [choice]
     extension: dict[str, Any] = {}

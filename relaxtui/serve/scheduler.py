@@ -17,27 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, from_dict, load_profile
+from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, load_profile
 from relaxtui.decoding.batched import Job
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Event, Finished, TokenEvent
-from relaxtui.decoding.loop import GenerationConfig
+from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.executors import BatchedExecutor, Closed, QueueFull
-from relaxtui.rules import make
 from relaxtui.serve.body import ApiError, bad
 from relaxtui.serve.metrics import ServerMetrics
 from relaxtui.serve.pair import ServedPair
 from relaxtui.serve.protocol import CompletionRequest
+from relaxtui.serve.scoring import ScoredPrompt, ScoringProbe
 
 RETRY_AFTER_S = 1  # what a client told "busy" is asked to wait
 STOP_GRACE_S = 10.0  # past the drain deadline, how long the last round may take to end (the web server waits longer)
+# a scoring request's carrier job (relaxtui.serve.scoring): a one-token prompt, the verifier alone, nothing generated
+CARRIER = GenerationConfig(draft_max=1, max_tokens=1, sampling=SamplingParams(0.0, 0, 1.0), reuse="exact")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class Failure:
 
     def error(self) -> ApiError:
         return ApiError(self.status, self.message, kind="server_error" if self.status == 500 else "unavailable_error")
+
+
+Delivered = Event | Failure | ScoredPrompt  # what a ticket hands its handler: an event, a failure, a score
 
 
 @dataclass(frozen=True)
@@ -73,12 +78,12 @@ class Ticket:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, choices: int, deadline: float) -> None:
         self.loop = loop
-        self.events: asyncio.Queue[tuple[int, Event | Failure]] = asyncio.Queue()
+        self.events: asyncio.Queue[tuple[int, Delivered]] = asyncio.Queue()
         self.cancelled = threading.Event()  # the client went away, or the response is complete
         self.done = [False] * choices  # a stop string ended this choice
         self.deadline = deadline  # time.monotonic() after which every choice stops
         self._lock = threading.Lock()
-        self._pending: list[tuple[int, Event | Failure]] = []  # delivered, not yet on the loop's queue
+        self._pending: list[tuple[int, Delivered]] = []  # delivered, not yet on the loop's queue
 
     def should_stop(self, choice: int) -> bool:
         return self.cancelled.is_set() or self.done[choice] or time.monotonic() > self.deadline
@@ -87,7 +92,7 @@ class Ticket:
     def expired(self) -> bool:
         return time.monotonic() > self.deadline
 
-    def deliver(self, choice: int, event: Event | Failure) -> None:
+    def deliver(self, choice: int, event: Delivered) -> None:
         """From any thread: queue the event; wake the loop only if no wake-up is pending already."""
         with self._lock:
             self._pending.append((choice, event))
@@ -109,7 +114,7 @@ class Ticket:
 class Scheduler:
     """Loads the pair in its own thread (``state`` says "loading" until then), then feeds requests to the batch."""
 
-    def __init__(self, load: Callable[[], ServedPair], *, max_queue: int, profile: str = "memory-bound",
+    def __init__(self, load: Callable[[], ServedPair], *, max_queue: int, profile: str | None = None,
                  settings: LoopSettings = LoopSettings(), log: Callable[[str], None] | None = None) -> None:
         self._load, self.max_queue, self.profile_spec, self.settings = load, max_queue, profile, settings
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -155,20 +160,47 @@ class Scheduler:
         finally:
             self.ready.set()
 
+    @property
+    def profile_name(self) -> str | None:
+        """The name of the profile that prices responses (None until the models are loaded)."""
+        return None if self.profile is None else self.profile.name
+
     def _resolve_profile(self, pair: ServedPair) -> CostProfile:
-        """The profile that prices responses: a shipped name or file, or ``this-machine`` measured now."""
-        if self.profile_spec != THIS_MACHINE:
+        """The profile that prices responses: a shipped name or file, or ``this-machine`` measured now — the
+        default, as eval and tune price (None: this-machine, or for the fake pair, which has no costs to measure,
+        its stand-in)."""
+        if self.profile_spec is not None and self.profile_spec != THIS_MACHINE:
             return load_profile(self.profile_spec)
         loaded = getattr(pair, "loaded", None)
+        if loaded is None and self.profile_spec is None and getattr(pair, "cost_profile", None) is not None:
+            return pair.cost_profile  # type: ignore[attr-defined, no-any-return]
         if loaded is None:
             raise UserError("--profile this-machine needs real models (the fake pair has no costs to measure)")
+        from relaxtui.costmodel import profile_cache
+        from relaxtui.costmodel.measure import hardware_description
         from relaxtui.evals.pair import measure_profile
         from relaxtui.evals.runner import EvalPlan
 
-        self.log("measuring this machine's cost profile (a few seconds)…")
         prompt = pair.text_tokens("Write a function that checks whether a number is prime, then explain it.")
         plan = EvalPlan(draft_max=(max(1, self.settings.draft_max),), max_tokens=512)
-        return from_dict(json.loads(measure_profile(loaded, plan, prompt)), THIS_MACHINE)
+        options = getattr(pair, "options", None)
+        key = {"verifier": profile_cache.file_identity(loaded.verifier_path),
+               "drafter": profile_cache.file_identity(loaded.drafter_path), "drafter_kind": loaded.drafter_name,
+               "threads": getattr(options, "threads", None), "gpu_layers": getattr(options, "gpu_layers", None),
+               "ctx_size": getattr(options, "ctx_size", None), "draft_max": plan.draft_max,
+               "sampling": repr(plan.sampling), "hardware": hardware_description()}
+
+        def measure() -> str:
+            self.log("measuring this machine's cost profile (seconds; a minute on a busy machine)…")
+            return measure_profile(loaded, plan, prompt)
+
+        found = profile_cache.this_machine(key, measure)
+        if found.profile.timing_stable is False:
+            self.log("pricing responses with this machine's profile (its timings stayed unstable: rough, not kept)")
+        else:
+            self.log(f"pricing responses with this machine's profile, {'read from' if found.cached else 'kept in'} "
+                     f"{found.path} (delete it to measure again)")
+        return found.profile
 
     def drain(self, timeout: float) -> None:
         """Begin the shutdown and return at once (SIGINT/SIGTERM call this before the web server stops): from now
@@ -212,12 +244,10 @@ class Scheduler:
         """One job per (prompt, choice); choice i of prompt j is index j·n + i, seeds seed + i."""
         pair = self.pair
         assert pair is not None
-        spec = request.speculative
-        try:
-            rule = make(spec.rule, spec.knob, temperature=request.sampling.temperature or 1.0) if spec.drafts else None
-        except UserError as exc:
-            raise bad("speculative.alpha", str(exc).replace("--alpha", "alpha")) from None
+        spec, rule = request.speculative, request.rule  # the rule the request reader built, once per request
         draft_max = spec.draft_max if spec.drafts else 0
+        # the one drafter of the kind asked for: the pair's own, or a standalone kind's shared by every request
+        drafter = pair.drafter_for(spec.draft_kind) if spec.drafts else None
         jobs = []
         for j, prompt in enumerate(prompts):
             room = pair.n_ctx - len(prompt)
@@ -235,9 +265,19 @@ class Scheduler:
                                           bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
                                           adaptive=self.settings.adaptive, reuse=self.settings.reuse,  # type: ignore[arg-type]
                                           stop=request.stop)  # the loop ends the sequence in the round that stops
-                drafter = pair.ngram if spec.draft_kind == "ngram" and spec.drafts else None
                 jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
                                 should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter))
+        return jobs
+
+    def scoring_jobs(self, prompts: Sequence[Sequence[int]], top: int, ticket: Ticket) -> list[Job]:
+        """One carrier job per prompt (``relaxtui.serve.scoring``): prompt j's scores come back as choice j."""
+        pair = self.pair
+        assert pair is not None
+        jobs = []
+        for j, prompt in enumerate(prompts):
+            probe = ScoringProbe(pair.verifier, prompt, top, functools.partial(ticket.should_stop, j))
+            jobs.append(Job([prompt[0]], CARRIER, None, speculative=True, tag=(ticket, j),
+                            should_stop=probe.should_stop, drafter=probe))
         return jobs
 
     def submit(self, jobs: Sequence[Job]) -> None:
@@ -269,11 +309,23 @@ class Scheduler:
     # -- the model thread's side --------------------------------------------------------------------------------
     def _on_event(self, job: Job, event: Event) -> None:
         ticket, choice = job.tag
+        if isinstance(job.drafter, ScoringProbe):  # a scoring request's carrier: its end hands back the scores
+            if isinstance(event, Finished):
+                ticket.deliver(choice, self._scored(job.drafter))
+            return
         if isinstance(event, TokenEvent):
             self.metrics.observe_tokens(1)
         elif isinstance(event, Finished):
             self.metrics.observe_finished(event.metrics)
         ticket.deliver(choice, event)
+
+    def _scored(self, probe: ScoringProbe) -> ScoredPrompt | Failure:
+        if probe.result is not None:
+            self.metrics.observe_scored(len(probe.result.tokens), probe.result.seconds)
+            return probe.result
+        if probe.error is not None:
+            return Failure(f"scoring failed: {probe.error}")
+        return Failure("the server is shutting down" if self._drain is not None else "scoring was stopped", 503)
 
     def _on_error(self, exc: BaseException, jobs: list[Job]) -> None:
         line = " ".join(str(exc).split()) or type(exc).__name__
