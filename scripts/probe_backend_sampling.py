@@ -77,7 +77,7 @@ def sequences(path: str, threads: int) -> None:
 
     def run(model: LlamaModel, lengths: tuple[int, ...]) -> list:
         for seq in range(4):
-            model.rollback_seq(seq, 0)
+            model.clear(seq)
         prompts = [model.tokenize(t) for t in ("The cat sat on", "Once upon a time", "def f(x):", "Hello there")]
         model.decode_many([SeqDecode(seq, prompt, []) for seq, prompt in enumerate(prompts)])
         return model.decode_many([SeqDecode(seq, list(range(100, 100 + n)), range(n))

@@ -80,7 +80,7 @@ def test_the_engine_checks_its_flags(monkeypatch):
     monkeypatch.setattr(llama, "_backend_ready", False)  # the check runs before the backend starts
     monkeypatch.setenv("RELAXTUI_LLAMA_LOG", "verbose")
     with pytest.raises(UserError, match="RELAXTUI_LLAMA_LOG must be 0 or 1, not verbose"):
-        llama._init_backend()
+        llama.init_backend()
 
 
 def _directory_readers() -> dict[str, object]:

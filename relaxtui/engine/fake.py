@@ -31,7 +31,7 @@ LogitsFn = Callable[[tuple[int, ...]], np.ndarray]
 
 class FakeBackend:
     """A deterministic stand-in model: logits = ``logits_fn(context)``; token t renders as ``pieces[t]``.
-    ``n_seq`` sequences, each with its own cache of ``n_ctx`` tokens (sequence 0 for the one-sequence API). Its
+    ``n_seq`` sequences, each with its own cache of ``n_ctx`` tokens. Its
     vocabulary answers ``check_vocab`` (two fakes with the same pieces match), and the logits rows of a sequence's
     last decode stand in for hidden states (``hidden_of``: what a hidden-state drafter reads in the tests)."""
 

@@ -4,7 +4,7 @@ Why low-level: ``Llama(logits_all=True)`` and ``draft_model=`` allocate n_ctx ×
 decode asks for logits only on the rows the caller names, copies exactly those rows out, and the KV cache
 is rolled back with ``llama_memory_seq_rm``. A context holds ``n_seq`` sequences (llama.cpp's n_seq_max), each
 with its own ``n_ctx`` tokens of KV cache in its own stream (``kv_unified`` off: a sequence attends only to its
-own cells, and cells freed in one never move another's); the one-sequence methods act on sequence 0.
+own cells, and cells freed in one never move another's); every call names the sequence it acts on.
 
 Recurrent and hybrid models (Qwen3.5, Qwen3-Next…) roll back through llama.cpp's recurrent-state snapshots,
 bounded per sequence (``relaxtui.engine.memory``); every ``llama_memory_seq_rm`` result is checked. Batches are

@@ -41,7 +41,7 @@ def as_plain(values: np.ndarray | Sequence) -> Sequence:
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Raw distribution in float64 (SPEC: "raw" = softmax of logits at T=1)."""
+    """Raw distribution in float64 ("raw" = softmax of logits at T=1, docs/method.md)."""
     z = logits.astype(np.float64) / temperature
     z -= z.max()
     np.exp(z, out=z)
