@@ -19,6 +19,7 @@
 #   KEY_N (the key n-gram of ngram-simple/map-k/map-k4v; default llama.cpp's 12), MOD_MATCH (ngram-mod's key,
 #   default 24), MOD_MIN (ngram-mod's shortest draft, default min(48, N)), MIN_HITS (ngram-map-k4v, default 1),
 #   RT_FLAGS (extra relaxtui generate flags, every kind run), OUT (a .jsonl file: one record per run),
+#   REPLAY (a file OUT wrote: print its rounds and summary again, running nothing; give the same N and KINDs),
 #   TIMEOUT (seconds per run, 1800), RELAXTUI_ANCHOR_CACHE (default ~/.cache/relaxtui-anchor).
 # N on llama.cpp's side: -size-m N (simple, map-k, map-k4v), --spec-ngram-mod-n-max N; ngram-cache always drafts
 # up to 8 (hard-coded there). --spec-draft-n-max does not bound these kinds in llama-speculative-simple.
@@ -33,7 +34,7 @@ MODEL=${RELAXTUI_MODELS:-ggml_models}/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
   || { echo "ngram_anchor: no $BIN/llama-speculative-simple: build it with ../shared/tools/llama-cpp-anchor 0" >&2; exit 2; }
 [ -f "$MODEL" ] || { echo "ngram_anchor: no verifier $MODEL: run .venv/bin/relaxtui models install-default" >&2; exit 2; }
 exec .venv/bin/python - "$BIN" "$MODEL" "$@" <<'PY'
-import json, os, re, shlex, subprocess, sys, time
+import json, math, os, re, shlex, subprocess, sys, time
 from pathlib import Path
 
 BIN, VERIFIER, ARGS = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -376,7 +377,15 @@ for rt, rt_kind, cpp, note in KINDS:
 print(flush=True)
 
 records = []
-out_file = open(os.environ["OUT"], "a", encoding="utf-8") if os.environ.get("OUT") else None
+REPLAY = os.environ.get("REPLAY")  # a file OUT wrote: print its rounds and summary again, running nothing
+if REPLAY:
+    try:
+        records = [json.loads(line) for line in Path(REPLAY).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        die(f"REPLAY={REPLAY}: {exc}")
+    ROUNDS = max((x["round"] for x in records), default=0)
+    PROMPT_LIST = [(name, None, None) for name in dict.fromkeys(x["prompt"] for x in records)]
+out_file = open(os.environ["OUT"], "a", encoding="utf-8") if os.environ.get("OUT") and not REPLAY else None
 ar_text = {}  # (side, prompt) -> the verifier alone's text in round 1
 
 
@@ -387,12 +396,28 @@ def pool(rows):
     return (tokens / seconds if seconds > 0 else None), (accepted / drafted if drafted else None), len(rows)
 
 
+def speed(rec):
+    return rec["tokens"] / rec["seconds"] if rec["ok"] and rec["seconds"] > 0 else None
+
+
+def paired(num, den):
+    """The geometric mean, over the (round, prompt) pairs where both ran, of num's tok/s over den's: each pair ran
+    back to back on one prompt, so a machine whose speed drifts between prompts or rounds cancels out."""
+    reference = {(x["round"], x["prompt"]): speed(x) for x in den}
+    logs = []
+    for x in num:
+        here, there = speed(x), reference.get((x["round"], x["prompt"]))
+        if here and there:
+            logs.append(math.log(here / there))
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
 def fmt(value, spec, width):
     return f"{value:{width}{spec}}" if value is not None else f"{'n/a':>{width}}"
 
 
 for r in range(1, ROUNDS + 1):
-    for p, (name, prompt, system) in enumerate(PROMPT_LIST, 1):
+    for p, (name, prompt, system) in enumerate([] if REPLAY else PROMPT_LIST, 1):
         for side, label, n in CONFIGS:
             started = time.monotonic()
             extra = command_extra(side, label, n)
@@ -424,46 +449,47 @@ for r in range(1, ROUNDS + 1):
     print(f"round {r}")
     for side, label, n in CONFIGS:
         rows = [x for x in records if x["round"] == r and x["side"] == side and x["kind"] == label and x["n"] == n]
-        base, _, _ = pool([x for x in records
-                           if x["round"] == r and x["side"] == side and x["kind"] == "verifier alone"])
         tps, acc, ok = pool(rows)
-        ratio = tps / base if tps and base else None
+        ratio = paired(rows, [x for x in records
+                              if x["round"] == r and x["side"] == side and x["kind"] == "verifier alone"])
         what = label + (f" N={n}" if n else "")
         print(f"  {side:<9} {what:<22} {fmt(tps, '.2f', 7)} tok/s  acceptance {fmt(acc, '.3f', 5)}  "
               f"{fmt(ratio, '.2f', 5)}x" + ("" if ok == len(rows) else f"  ({len(rows) - ok} failed)"), flush=True)
 
-print(f"\nsummary: pooled over {ROUNDS} round(s) x {len(PROMPT_LIST)} prompt(s); ×AR = tok/s over the same side's "
-      "verifier alone; rt/cpp = relaxtui tok/s over llama.cpp's, same kind and N")
+print(f"\nsummary over {ROUNDS} round(s) x {len(PROMPT_LIST)} prompt(s): tok/s and acceptance pooled; ×AR = tok/s over "
+      "the same side's verifier alone and rt/cpp = relaxtui's tok/s over llama.cpp's (same kind and N), each the "
+      "geometric mean over the runs' (round, prompt) pairs")
 print(f"  {'kind':<16}{'N':>3} | {'llama.cpp tok/s':>15} {'accept':>7} {'×AR':>6} | {'relaxtui tok/s':>14} "
       f"{'accept':>7} {'×AR':>6} {'mean len':>8} | {'rt/cpp':>6}  text≠AR")
-base = {side: pool([x for x in records if x["side"] == side and x["kind"] == "verifier alone"])[0]
-        for side in ("llama.cpp", "relaxtui")}
+alone = {side: [x for x in records if x["side"] == side and x["kind"] == "verifier alone"]
+         for side in ("llama.cpp", "relaxtui")}
 best = {}
 rows_out = [("verifier alone", None)] + [(rt, n) for n in NS for rt, _, _, _ in KINDS]
 for label, n in rows_out:
-    cells, tps_of, differs = [], {}, 0
+    cells, rows_of, differs = [], {}, 0
     for side in ("llama.cpp", "relaxtui"):
         rows = [x for x in records if x["side"] == side and x["kind"] == label and x["n"] == n]
         tps, acc, ok = pool(rows)
         differs += sum(1 for x in rows if x["ok"] and not x["same_text"])
-        ratio = tps / base[side] if tps and base[side] else None
-        tps_of[side] = tps
+        ratio = paired(rows, alone[side])
+        rows_of[side] = rows
         if n and ratio is not None and (side not in best or ratio > best[side][0]):
-            best[side] = (ratio, label, n, tps)
+            best[side] = (ratio, label, n, tps, rows)
         cell = f"{fmt(tps, '.2f', 15 if side == 'llama.cpp' else 14)} {fmt(acc, '.3f', 7)} {fmt(ratio, '.2f', 6)}"
         if side == "relaxtui":
             lens = [x["mean_len"] for x in rows if x["ok"] and x.get("mean_len") is not None]
             cell += f" {fmt(sum(lens) / len(lens) if lens and n else None, '.2f', 8)}"
         cells.append(cell if rows or label == "verifier alone" else
                      f"{'-':>15} {'-':>7} {'-':>6}" + (" " * 9 if side == "relaxtui" else ""))
-    rt_cpp = tps_of["relaxtui"] / tps_of["llama.cpp"] if tps_of["relaxtui"] and tps_of["llama.cpp"] else None
+    rt_cpp = paired(rows_of["relaxtui"], rows_of["llama.cpp"])
     print(f"  {label:<16}{n or '-':>3} | {cells[0]} | {cells[1]} | {fmt(rt_cpp, '.2f', 6)}  {differs or ''}")
 for side in ("llama.cpp", "relaxtui"):
     if side in best:
-        ratio, label, n, tps = best[side]
+        ratio, label, n, tps, _ = best[side]
         print(f"best {side:<9}: {label} N={n}  {tps:.2f} tok/s  {ratio:.2f}x its verifier alone")
 if "llama.cpp" in best and "relaxtui" in best:
-    print(f"relaxtui's best over llama.cpp's best, tok/s: {best['relaxtui'][3] / best['llama.cpp'][3]:.2f}x "
+    over = paired(best["relaxtui"][4], best["llama.cpp"][4])
+    print(f"relaxtui's best over llama.cpp's best, tok/s: {fmt(over, '.2f', 0)}x "
           "(issue 33 target: >= 1.0, and relaxtui's best >= 1.5x its verifier alone)")
 failed = [x for x in records if not x["ok"]]
 if failed:
