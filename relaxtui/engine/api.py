@@ -38,7 +38,6 @@ __all__ = ["MAX_DRAFT", "DraftHead", "Model", "Row", "RowSpec", "Rows", "SeqDeco
            "rows_through_decode_many", "softmax", "top_of"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class SeqDecode:
     """One sequence's part of a batch: tokens appended at its own position, logits for the rows named
