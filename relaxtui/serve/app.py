@@ -234,21 +234,18 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
                 announce.cancel()
             await asyncio.to_thread(scheduler.close, settings.drain_s)
 
-    def post(handler: Handler) -> Handler:
-        return _answer(handler)
-
     routes = [
         Route("/health", _answer(health)), Route("/v1/health", _answer(health)),
         Route("/v1/models", _answer(models)), Route("/models", _answer(models)),
         Route("/v1/models/{model:path}", _answer(model)), Route("/models/{model:path}", _answer(model)),
         Route("/tokenizer_info", _answer(tokenizer_info)), Route("/v1/tokenizer_info", _answer(tokenizer_info)),
         Route("/metrics", _answer(metrics)),
-        Route("/v1/chat/completions", post(lambda r: completion(r, True)), methods=["POST"]),
-        Route("/chat/completions", post(lambda r: completion(r, True)), methods=["POST"]),
-        Route("/v1/completions", post(lambda r: completion(r, False)), methods=["POST"]),
-        Route("/completions", post(lambda r: completion(r, False)), methods=["POST"]),
-        Route("/tokenize", post(tokenize), methods=["POST"]),
-        Route("/detokenize", post(detokenize_route), methods=["POST"]),
+        Route("/v1/chat/completions", _answer(lambda r: completion(r, True)), methods=["POST"]),
+        Route("/chat/completions", _answer(lambda r: completion(r, True)), methods=["POST"]),
+        Route("/v1/completions", _answer(lambda r: completion(r, False)), methods=["POST"]),
+        Route("/completions", _answer(lambda r: completion(r, False)), methods=["POST"]),
+        Route("/tokenize", _answer(tokenize), methods=["POST"]),
+        Route("/detokenize", _answer(detokenize_route), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found})
     return _Auth(app, settings.api_keys)
