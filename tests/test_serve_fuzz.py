@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import HealthCheck, currently_in_test_context, event, example, given, settings
 from hypothesis import strategies as st
 
 from relaxtui.decoding.sampling import SamplingParams
@@ -152,6 +152,8 @@ def test_random_json_is_a_request_or_a_4xx(value):
 
 @fuzz(500)
 @given(fields=st.dictionaries(st.sampled_from(FIELDS), api_shaped, max_size=6), keep=st.booleans())
+@example(fields={"messages": [{"role": []}]}, keep=False)  # an unhashable role once raised TypeError (CI, stop 37)
+@example(fields={"messages": [{"role": {"a": 1}, "content": "x"}]}, keep=True)
 def test_objects_with_the_apis_fields_are_a_request_or_a_4xx(fields, keep):
     """Random values for the API's fields, over a valid request (``keep``) so that the checks past ``messages`` and
     ``prompt`` are reached too, or alone."""

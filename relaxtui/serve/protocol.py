@@ -276,7 +276,7 @@ def parse_messages(value: object) -> tuple[Message, ...]:
         if not isinstance(item, dict):
             raise bad(where, f"must be an object (got {json_type(item)})")
         role = item.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)} (got {json_type(role)})")
         if item.get("tool_calls"):
             raise bad(f"{where}.tool_calls", "tool calls are not supported")
