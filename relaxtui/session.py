@@ -17,10 +17,11 @@ from relaxtui.engine.text import ChatTemplate
 from relaxtui.errors import UserError
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.models.store import resolve_model
-from relaxtui.options import CTX_SIZE, DRAFT_MAX, DRAFT_P_MIN, GPU_LAYERS, PARALLEL, THREADS
+from relaxtui.options import CTX_SIZE, DRAFT_MAX, DRAFT_P_MIN, DRAFTER_SETTINGS, GPU_LAYERS, PARALLEL, THREADS
 from relaxtui.text import Message
 
-__all__ = ["DRAFT_KINDS", "LoadedPair", "ModelOptions", "chat_template", "conversation_tokens", "load_drafter",
+__all__ = ["DRAFT_KINDS", "LoadedPair", "ModelOptions", "chat_template", "conversation_tokens", "drafter_options",
+           "load_drafter",
            "load_pair", "prompt_tokens"]
 
 
@@ -36,6 +37,14 @@ class ModelOptions:
     ngram_max: int = 3
     draft_p_min: float = 0.0
     parallel: int = 1  # sequences per context (K): --parallel; ctx_size is per sequence
+    # what shapes a drafter that opens no model (relaxtui.options.DRAFTER_SETTINGS; each kind reads its own)
+    ngram_size_n: int | None = None
+    ngram_size_m: int | None = None
+    ngram_min_hits: int = 1
+    ngram_mod_n_min: int | None = None
+    suffix_depth: int = 64
+    suffix_factor: float = 1.0
+    suffix_min_prob: float = 0.1
     draft_max: int = 16  # the longest draft the run verifies: a recurrent/hybrid verifier keeps that many
     # recurrent-state snapshots per sequence (a verify batch [last, x_1..x_N] rolls back N at most) and is refused
     # in one line if it cannot; a longer draft later (the chat's settings) runs from a checkpoint, exactly
@@ -44,7 +53,7 @@ class ModelOptions:
         """Each field through its check in the option table; a refusal names the setting (the CLI spells it as
         its flag, relaxtui.options)."""
         drafter_kind(self.draft_kind)  # an unknown kind: one line
-        for setting in (DRAFT_P_MIN, CTX_SIZE, THREADS, PARALLEL, GPU_LAYERS, DRAFT_MAX):
+        for setting in (DRAFT_P_MIN, CTX_SIZE, THREADS, PARALLEL, GPU_LAYERS, DRAFT_MAX, *DRAFTER_SETTINGS):
             setting.check.check(getattr(self, setting.name), setting.name)
 
     @property
@@ -77,10 +86,12 @@ def _gpu_layers(option: int) -> int:
     return 10_000 if option == -1 else option
 
 
-def _drafter_options(options: ModelOptions, path: Path | None) -> DrafterOptions:
-    return DrafterOptions(kind=options.draft_kind, model=path, p_min=options.draft_p_min, ngram_min=options.ngram_min,
-                          ngram_max=options.ngram_max, n_ctx=options.ctx_size, n_seq=options.parallel,
-                          threads=options.threads, gpu_layers=_gpu_layers(options.gpu_layers))
+def drafter_options(options: ModelOptions, path: Path | None = None) -> DrafterOptions:
+    """What the factory builds the drafter from: the kind, its model file, and every drafter setting."""
+    own = {setting.name: getattr(options, setting.name) for setting in DRAFTER_SETTINGS}
+    return DrafterOptions(kind=options.draft_kind, model=path, p_min=options.draft_p_min, n_ctx=options.ctx_size,
+                          n_seq=options.parallel, threads=options.threads, gpu_layers=_gpu_layers(options.gpu_layers),
+                          **own)
 
 
 def _drafter_path(options: ModelOptions) -> Path | None:
@@ -132,7 +143,7 @@ def load_pair(options: ModelOptions) -> LoadedPair:
     try:
         if speculative and options.draft_max > 0:
             verifier.require_rollback(options.draft_max)  # a hybrid model that cannot: one line, before decoding
-        drafter = make_drafter(_drafter_options(options, drafter_path), verifier, GGUF) if speculative else None
+        drafter = make_drafter(drafter_options(options, drafter_path), verifier, GGUF) if speculative else None
     except BaseException:
         verifier.close()
         raise
@@ -144,7 +155,7 @@ def load_drafter(options: ModelOptions, verifier: LlamaModel) -> Drafter | None:
     switch, built by the same factory as ``load_pair`` with the same options (GPU layers, p-min, n-gram sizes)."""
     if options.drafter is None:
         return None
-    return make_drafter(_drafter_options(options, _drafter_path(options)), verifier, GGUF)
+    return make_drafter(drafter_options(options, _drafter_path(options)), verifier, GGUF)
 
 
 def chat_template(model: LlamaModel) -> ChatTemplate:

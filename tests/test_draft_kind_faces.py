@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,71 @@ def test_the_runs_identity_records_the_ngram_sizes_only_for_the_kind_built_from_
     assert ids["ngram"]["ngram"] == [1, 3] and drafter_kind("ngram").reads == ("ngram_min", "ngram_max")
     assert all(ids[kind]["ngram"] is None and ids[kind]["drafter"] == kind == ids[kind]["draft_kind"]
                for kind in STANDALONE_KINDS if not drafter_kind(kind).reads)
+
+
+SIZES = {"--ngram-size-n": 5, "--ngram-size-m": 9, "--ngram-min-hits": 2, "--ngram-mod-n-min": 4,
+         "--suffix-depth": 7, "--suffix-factor": 2.5, "--suffix-min-prob": 0.2}
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_every_face_hands_the_ngram_and_suffix_settings_to_the_drafter_it_builds(face):
+    from relaxtui.commands.common import model_options
+    from relaxtui.decoding.drafters import Openers, make_drafter
+    from relaxtui.engine.fake import FakeBackend
+    from relaxtui.session import drafter_options
+
+    given = [word for flag, value in SIZES.items() for word in (flag, str(value))]
+    options = drafter_options(model_options(parse([*FACES[face], "--draft-kind", "ngram-mod", *given])))
+    assert {flag: getattr(options, flag[2:].replace("-", "_")) for flag in SIZES} == SIZES
+    verifier = FakeBackend(lambda context: [0.0] * 8, 8)
+    built = {kind: make_drafter(replace(options, kind=kind), verifier, Openers(model=lambda _: verifier))
+             for kind in ("ngram-simple", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")}
+    assert (built["ngram-simple"].size_n, built["ngram-simple"].size_m, built["ngram-map-k4v"].min_hits) == (5, 9, 2)
+    assert (built["ngram-mod"].size_n, built["ngram-mod"].size_m, built["ngram-mod"].n_min) == (5, 9, 4)
+    assert built["ngram-cache"].n_draft == 9
+    assert (built["suffix"].settings.depth, built["suffix"].settings.factor,
+            built["suffix"].settings.min_prob) == (7, 2.5, 0.2)
+
+
+def test_unset_sizes_are_each_kinds_own_and_a_shorter_ngram_mod_draft_lowers_its_minimum():
+    from relaxtui.commands.common import model_options
+    from relaxtui.decoding.ngram_mod import NgramModDrafter
+    from relaxtui.session import drafter_options
+
+    options = drafter_options(model_options(parse(["generate", "hi", "--draft-kind", "ngram-mod"])))
+    assert (options.ngram_size_n, options.ngram_size_m, options.ngram_mod_n_min) == (None, None, None)
+    assert (NgramModDrafter().n_min, NgramModDrafter(size_m=8).n_min) == (48, 8)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--ngram-size-n", "0", "--ngram-size-n must be in 1..1024 (got 0)"),
+    ("--ngram-size-m", "x", "--ngram-size-m must be a whole number (got 'x')"),
+    ("--suffix-factor", "0", "--suffix-factor must be"),
+    ("--suffix-min-prob", "nan", "--suffix-min-prob must be"),
+])
+def test_a_bad_drafter_setting_is_one_line_at_parse_time(capsys, flag, value, message):
+    fails_with(capsys, ["generate", "hi", "--draft-kind", "ngram-simple", flag, value], message)
+
+
+def test_the_runs_identity_names_every_setting_the_kind_reads_and_only_for_it():
+    from relaxtui.evals.identity import RunIdentity
+    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.tasks import get
+    from relaxtui.session import ModelOptions
+
+    task = get(str(Path(__file__).resolve().parents[1] / "evals/examples/edit_code.toml"))
+
+    def settings(**options):
+        return RunIdentity.of(task, ModelOptions(**options), EvalPlan(), thinking=None, data=None).settings
+
+    assert "drafter_settings" not in settings() and "drafter_settings" not in settings(draft_kind="ngram")
+    assert settings(draft_kind="ngram-simple", ngram_size_n=5)["drafter_settings"] == {
+        "ngram_size_n": 5, "ngram_size_m": None}
+    assert settings(draft_kind="suffix", suffix_depth=7, ngram_size_n=5)["drafter_settings"] == {
+        "suffix_depth": 7, "suffix_factor": 1.0, "suffix_min_prob": 0.1, "suffix_corpus_tokens": 65_536,
+        "suffix_corpus_outputs": 256}
+    # another size is another run (another config id, refused on resume)
+    assert settings(draft_kind="ngram-mod", ngram_size_m=8) != settings(draft_kind="ngram-mod", ngram_size_m=16)
 
 
 # -- chat ------------------------------------------------------------------------------------------------------------

@@ -111,8 +111,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft-kind", type=draft_kind, default=options.DRAFT_KIND.default, metavar="KIND",
                        help=f"{options.DRAFT_KIND.help}: {', '.join(DRAFT_KINDS)} (a kind that opens no model file "
                             "needs no --drafter)")
-    for setting in (options.NGRAM_MIN, options.NGRAM_MAX, options.CTX_SIZE, options.THREADS, options.GPU_LAYERS):
+    for setting in (options.CTX_SIZE, options.THREADS, options.GPU_LAYERS):
         setting.add(group)
+    drafting = parser.add_argument_group("drafters that open no model (each kind reads its own; docs/method.md)")
+    for setting in options.DRAFTER_SETTINGS:
+        setting.add(drafting)
 
 
 def add_task_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -161,7 +164,7 @@ def model_options(args: argparse.Namespace, *, speculative: bool = True) -> Mode
     if own is not None and drafter == DEFAULT_DRAFTER:
         drafter = own
     return ModelOptions(args.verifier, drafter, args.ctx_size, args.threads, args.gpu_layers,
-                        draft_kind=args.draft_kind, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
+                        draft_kind=args.draft_kind, **{s.name: getattr(args, s.name) for s in options.DRAFTER_SETTINGS},
                         draft_p_min=getattr(args, "draft_p_min", 0.0), parallel=getattr(args, "parallel", 1),
                         draft_max=_longest_draft(args.draft_max))
 

@@ -178,7 +178,8 @@ KINDS: dict[str, DrafterKind] = {
     "ngram-map-k4v": DrafterKind(_ngram_map_k4v, reads=("ngram_size_n", "ngram_size_m", "ngram_min_hits")),
     "ngram-mod": DrafterKind(_ngram_mod, reads=("ngram_size_n", "ngram_size_m", "ngram_mod_n_min", "ngram_mod_slots")),
     "ngram-cache": DrafterKind(_ngram_cache, reads=("ngram_size_m", "ngram_cache_entries")),
-    "suffix": DrafterKind(_suffix),
+    "suffix": DrafterKind(_suffix, reads=("suffix_depth", "suffix_factor", "suffix_min_prob", "suffix_corpus_tokens",
+                                          "suffix_corpus_outputs")),
     "mtp": DrafterKind(_mtp, model_file=True, needs_hidden_states=True, own_name="mtp",  # --drafter: MTP-only GGUF
                        mtp_files=True, has_distribution=True, about="MTP head"),
 }

@@ -122,11 +122,11 @@ class NgramModDrafter(NgramBase):
                  slots: int | None = None) -> None:
         super().__init__()
         self.size_n, self.size_m = sizes(self.traits.kind, size_n, size_m, self.DEFAULTS)
-        self.n_min = self.DEFAULT_MIN if n_min is None else n_min
+        self.n_min = min(self.DEFAULT_MIN, self.size_m) if n_min is None else n_min  # a shorter n_max lowers it
         slots = self.DEFAULT_SLOTS if slots is None else slots
         if not 0 <= self.n_min <= self.size_m or slots < 1:
-            raise UserError(f"the ngram-mod drafter needs 0 <= n_min <= n_max and slots >= 1 (got n_min = "
-                            f"{self.n_min}, n_max = {self.size_m}, slots = {slots})")
+            raise UserError(f"the ngram-mod drafter needs 0 <= n_min <= n_max and slots >= 1 (got ngram_mod_n_min = "
+                            f"{self.n_min}, ngram_size_m = {self.size_m}, slots = {slots})")
         self.table = ModTable(self.size_n, slots)
 
     def new_state(self) -> SeqTokens:

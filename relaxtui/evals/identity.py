@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.errors import UserError
+from relaxtui.session import drafter_options
 
 if TYPE_CHECKING:
     from relaxtui.evals.results import GridPoint
@@ -41,6 +42,8 @@ class RunIdentity:
            models: Mapping[str, str] | None = None) -> RunIdentity:
         model_drafter = options.drafter_file  # a model file (a drafter LM, an MTP-only GGUF), else the kind
         kind = drafter_kind(options.draft_kind)
+        drafting = drafter_options(options)
+        own = {name: getattr(drafting, name) for name in kind.reads if name not in ("ngram_min", "ngram_max")}
         params = plan.sampling
         # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when
         # K > 1, so one-at-a-time folders from before keep resuming)
@@ -51,6 +54,8 @@ class RunIdentity:
             "draft_kind": options.draft_kind,
             # the n-gram sizes where the kind is built from them (its traits say so: prompt lookup)
             "ngram": [options.ngram_min, options.ngram_max] if {"ngram_min", "ngram_max"} <= set(kind.reads) else None,
+            # every other setting the kind is built from (llama.cpp's n-gram kinds, suffix): named only for them
+            **({"drafter_settings": own} if own else {}),
             "draft_min": plan.draft_min, "draft_p_min": options.draft_p_min, "draft_adapt": plan.adaptive,
             "bonus": plan.bonus, "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
             "max_tokens": plan.max_tokens, "thinking": thinking, "system": None, "ctx_size": options.ctx_size,
