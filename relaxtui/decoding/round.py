@@ -36,7 +36,7 @@ from relaxtui.decoding.prefill import copy_cached_prompt, prefill
 from relaxtui.decoding.sampling import one_hot, spawn_generators
 from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
-from relaxtui.rules import Rule
+from relaxtui.rules import Rule, refuse_greedy
 from relaxtui.rules.strict import Strict
 from relaxtui.text import StreamDecoder
 
@@ -120,7 +120,7 @@ def check_request(verifier: Model, prompt: Sequence[int], config: GenerationConf
     """The checks every generation passes before anything is decoded; returns the rule (strict by default)."""
     rule = rule or Strict()
     if config.sampling.greedy and not rule.greedy_ok:
-        raise UserError(f"rule {rule.name!r} cannot run greedy (temperature 0); use --temperature > 0")
+        raise refuse_greedy(rule.name)
     if not prompt:
         raise UserError("the prompt is empty")
     if len(prompt) >= verifier.n_ctx:

@@ -74,9 +74,14 @@ def make(name: str, knob: float | None = None, *, temperature: float = 1.0) -> R
     the temperature (by 1 at greedy, where p is the T = 1 softmax); other rules ignore it."""
     cls = rule_class(name)
     if temperature == 0 and not cls.greedy_ok:
-        raise BadValue("rule", f"{name!r} cannot run greedy (temperature 0); give a temperature above 0")
+        raise refuse_greedy(name)
     return cls(knob, temperature=temperature or 1.0)
 
 
-__all__ = ["PAPER_GRID", "RULES", "Decision", "Rule", "acceptance_probability", "make", "residual", "rule_class",
-           "split_spec"]
+def refuse_greedy(name: str) -> BadValue:
+    """The one refusal of a rule that cannot run greedy: the factory raises it, the loop's re-check too."""
+    return BadValue("rule", f"{name!r} cannot run greedy (temperature 0); give a temperature above 0")
+
+
+__all__ = ["PAPER_GRID", "RULES", "Decision", "Rule", "acceptance_probability", "make", "refuse_greedy", "residual",
+           "rule_class", "split_spec"]
