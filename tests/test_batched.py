@@ -118,8 +118,8 @@ def test_ngram_drafter_runs_per_sequence():
     prompt = [1, 2, 3, 1, 2]
     jobs = [Job(prompt, GenerationConfig(draft_max=2, max_tokens=8, sampling=GREEDY, seed=i), tag=i)
             for i in range(3)]
-    results = run_many(multi(cycle_table(), 2), jobs, NgramDrafter(VOCAB))
-    *_, alone = generate(multi(cycle_table(), 1), prompt, jobs[0].config, drafter=NgramDrafter(VOCAB))
+    results = run_many(multi(cycle_table(), 2), jobs, NgramDrafter())
+    *_, alone = generate(multi(cycle_table(), 1), prompt, jobs[0].config, drafter=NgramDrafter())
     assert all(f.token_ids == alone.token_ids for f in results.values())
     assert all(f.metrics.drafted == alone.metrics.drafted > 0 for f in results.values())
 

@@ -139,7 +139,7 @@ def _violations(check: str, part: str) -> dict[str, list[str]]:
 def test_the_checker_sees_the_interface_and_catches_sniffing():
     classes, concrete, internals = interface()
     assert {"ModelDrafter", "NgramDrafter"} <= concrete and "Drafter" in classes - concrete
-    assert {"model", "p_min", "kind"} <= internals and not {"draft", "begin", "traits", "close"} & internals
+    assert {"model", "p_min"} <= internals and not {"draft", "begin", "traits", "close"} & internals
     sniffer = """
 if isinstance(pair.drafter, ModelDrafter): pass
 model = getattr(self.drafter, "model", None)

@@ -32,14 +32,14 @@ GREEDY = SamplingParams(temperature=0)
     ],
 )
 def test_ngram_proposals_on_crafted_contexts(context, n, expected):
-    assert proposed(NgramDrafter(10, n_min=1, n_max=3), context, n) == expected
+    assert proposed(NgramDrafter(n_min=1, n_max=3), context, n) == expected
 
 
 def test_ngram_prefers_the_longest_match():
     # unigram [2] last seen before 5; the bigram [1, 2] was followed by 3
-    drafter = NgramDrafter(10, n_min=1, n_max=2)
+    drafter = NgramDrafter(n_min=1, n_max=2)
     assert proposed(drafter, [1, 2, 3, 0, 2, 5, 1, 2], 1) == [3]
-    assert proposed(NgramDrafter(10, n_min=1, n_max=1), [1, 2, 3, 0, 2, 5, 1, 2], 1) == [5]
+    assert proposed(NgramDrafter(n_min=1, n_max=1), [1, 2, 3, 0, 2, 5, 1, 2], 1) == [5]
 
 
 def proposed(drafter: NgramDrafter, context: list[int], n: int) -> list[int]:
@@ -62,21 +62,21 @@ def test_ngram_draft_has_no_distribution():
 
 def test_ngram_sizes_are_validated():
     with pytest.raises(UserError, match="--ngram-min"):
-        NgramDrafter(6, n_min=3, n_max=2)
+        NgramDrafter(n_min=3, n_max=2)
 
 
 def test_ngram_drafter_through_the_loop_on_a_repetitive_sequence():
     verifier = fake(cycle_table())  # greedy output cycles 1,2,3,4,5,0,... so lookup drafts are right
     events = list(generate(verifier, [0, 1, 2, 3, 4, 5, 0], GenerationConfig(draft_max=4, max_tokens=15,
                                                                              sampling=GREEDY),
-                           drafter=NgramDrafter(VOCAB)))
+                           drafter=NgramDrafter()))
     metrics = events[-1].metrics
     assert [e.token_id for e in events[:-1]] == [(1 + i) % VOCAB for i in range(15)]
     assert metrics.drafted > 0 and metrics.accepted == metrics.drafted
 
 
 def test_rules_needing_drafter_logits_refuse_ngram():
-    stream = generate(fake(random_table(1)), [0, 1], GenerationConfig(), drafter=NgramDrafter(VOCAB),
+    stream = generate(fake(random_table(1)), [0, 1], GenerationConfig(), drafter=NgramDrafter(),
                       rule=make("scd", 0.5))
     with pytest.raises(UserError, match="needs the drafter's logits"):
         next(stream)

@@ -34,11 +34,9 @@ class NgramDrafter(NgramBase):
     g tokens that starts within the last ``window`` tokens, and up to N tokens that followed it. Keeps: per
     sequence, its g-grams for each size (to ``release``); nothing shared."""
 
-    kind = "ngram"  # the old spelling of traits.kind, an internal: the interface check flags a reader of drafter.kind
     traits = DrafterTraits("ngram", has_distribution=False)
 
-    def __init__(self, vocab_size: int | None = None, *, n_min: int = 1, n_max: int = 3, window: int = 4096) -> None:
-        """``vocab_size`` is unused (the loop builds the one-hot q); older callers pass it."""
+    def __init__(self, *, n_min: int = 1, n_max: int = 3, window: int = 4096) -> None:
         super().__init__()
         if not 1 <= n_min <= n_max:
             raise UserError(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max (got {n_min}..{n_max})")
