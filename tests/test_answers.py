@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from relaxtui.errors import UserError
-from relaxtui.evals.answers import kinds
-from relaxtui.evals.jsonshape import check_schema, violation
-from relaxtui.evals.taskfile import read_answer
-from relaxtui.evals.tomltable import Table
+from relaxtui.evals.taskfiles.answers import kinds
+from relaxtui.evals.taskfiles.jsonshape import check_schema, violation
+from relaxtui.evals.taskfiles.taskfile import read_answer
+from relaxtui.evals.taskfiles.tomltable import Table
 
 CASES = Path(__file__).parent / "data" / "answers"
 KINDS = tuple(kinds())

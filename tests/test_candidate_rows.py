@@ -272,7 +272,7 @@ def test_llama_cpp_hands_the_top_k_of_its_own_whole_rows(test_model_path, spec):
 def test_a_rule_that_declares_it_stays_in_ps_support_does(name, knob):
     """The declaration that lets log p(x) come from candidate rows: 40 seeds × two samplings of whole-row runs,
     no emitted token outside the processed p's support (whose log p(x) would be outside the top k)."""
-    from relaxtui.evals.drift import record_signals
+    from relaxtui.evals.analysis.drift import record_signals
 
     outside = 0.0
     for seed in range(40):

@@ -221,7 +221,7 @@ def test_every_face_names_a_speed_up_with_the_same_words():
     from relaxtui.commands.bench import render
     from relaxtui.costmodel.bench import BenchResult, BenchRun
     from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
-    from relaxtui.evals.report import columns
+    from relaxtui.evals.analysis.report import columns
 
     run = BenchRun(2, 10.0, 0.8, 0.82, 0.7, 2.4, 3.1, 0.02, 100, proxy_speedup={"paper-gb200": 1.4}, best=True)
     costs = {"verify_s": [0.024], "draft_s": [0.01], "resync_extra_s": 0.0, "emit_s": 0.0001, "stable": True,

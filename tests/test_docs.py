@@ -119,8 +119,8 @@ def test_every_rule_is_in_the_readme_table_and_has_its_section_in_the_method():
 
 
 def test_every_answer_kind_the_task_file_reader_accepts_is_in_the_answer_kinds_table(tmp_path, monkeypatch):
-    from relaxtui.evals.answers import kinds
-    from relaxtui.evals.taskfile import load_task
+    from relaxtui.evals.taskfiles.answers import kinds
+    from relaxtui.evals.taskfiles.taskfile import load_task
 
     known = set(kinds())
     taskfiles = text("docs/taskfiles.md")
@@ -150,7 +150,7 @@ def test_the_readme_names_every_flag_that_overrides_a_resumed_chat():
 
 def test_counted_things_in_the_docs_match_the_registries():
     """`nine acceptance rules`, `the nine answer kinds`: a count in words is a list too."""
-    from relaxtui.evals.answers import kinds
+    from relaxtui.evals.taskfiles.answers import kinds
     from relaxtui.rules import RULES
 
     counts = {"acceptance rules": len(RULES), "answer kinds": len(kinds()), "drafter kinds": len(draft_kinds())}
@@ -267,7 +267,7 @@ def test_every_inline_toml_snippet_of_the_task_file_guide_is_toml():
 
 
 def test_the_complete_task_file_example_loads_and_its_gold_scores(tmp_path):
-    from relaxtui.evals.taskfile import load_task
+    from relaxtui.evals.taskfiles.taskfile import load_task
 
     (example,) = [block["body"] for block in FENCE.finditer(section(text("docs/taskfiles.md"), "## A complete example"))
                   if block["lang"] == "toml"]
@@ -286,7 +286,7 @@ def test_the_complete_task_file_example_loads_and_its_gold_scores(tmp_path):
 
 
 def test_the_shipped_task_files_table_loads_and_its_snippets_are_what_the_files_say():
-    from relaxtui.evals.taskfile import load_task
+    from relaxtui.evals.taskfiles.taskfile import load_task
 
     table = section(text("docs/taskfiles.md"), "## Shipped task files")
     rows = re.findall(r"^\| `([^`]+\.toml)` \| (.+) \|$", table, re.M)

@@ -65,8 +65,8 @@ def test_eval_and_tune_refuse_a_rule_that_needs_logits_on_a_kind_without_them_be
 
 
 def test_the_runs_identity_records_the_ngram_sizes_only_for_the_kind_built_from_them():
-    from relaxtui.evals.identity import RunIdentity
-    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.run.identity import RunIdentity
+    from relaxtui.evals.run.plan import EvalPlan
     from relaxtui.evals.tasks import get
     from relaxtui.session import ModelOptions
 
@@ -123,8 +123,8 @@ def test_a_bad_drafter_setting_is_one_line_at_parse_time(capsys, flag, value, me
 
 
 def test_the_runs_identity_names_every_setting_the_kind_reads_and_only_for_it():
-    from relaxtui.evals.identity import RunIdentity
-    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.run.identity import RunIdentity
+    from relaxtui.evals.run.plan import EvalPlan
     from relaxtui.evals.tasks import get
     from relaxtui.session import ModelOptions
 

@@ -10,12 +10,12 @@ import math
 import pytest
 
 from relaxtui.cli import main
-from relaxtui.evals.degeneracy import is_degenerate, repetition_rate
-from relaxtui.evals.drift import record_signals
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.report import render_drift_table, summarise
-from relaxtui.evals.results import ResultsStore
-from relaxtui.evals.tune import recommend
+from relaxtui.evals.analysis.degeneracy import is_degenerate, repetition_rate
+from relaxtui.evals.analysis.drift import record_signals
+from relaxtui.evals.analysis.report import render_drift_table, summarise
+from relaxtui.evals.analysis.tune import recommend
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.results import ResultsStore
 from tests.test_report import record
 
 CONTRACT = ("verifier_logprob", "out_of_support_rate", "repetition_rate", "length_ratio")
@@ -132,7 +132,7 @@ def test_tune_bounds_drift_beside_accuracy():
 
 
 def test_an_open_ended_tasks_truncation_warning_speaks_of_drift_not_accuracy():
-    from relaxtui.evals.report import warnings
+    from relaxtui.evals.analysis.report import warnings
 
     rows = drift_run(scored=False)
     for row in rows:

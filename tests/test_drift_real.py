@@ -17,7 +17,7 @@ from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.fake import FakeBackend
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
-from relaxtui.evals.drift import record_signals
+from relaxtui.evals.analysis.drift import record_signals
 from relaxtui.rules import make
 from relaxtui.session import prompt_tokens
 

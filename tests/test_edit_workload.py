@@ -15,7 +15,7 @@ import pytest
 from relaxtui.cli import main
 from relaxtui.costmodel.bench import BENCH_PROMPTS, WORKLOADS, bench_prompts, file_prompts
 from relaxtui.errors import UserError
-from relaxtui.evals.taskfile import load_task
+from relaxtui.evals.taskfiles.taskfile import load_task
 from relaxtui.text import Message
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,11 +14,12 @@ from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import UserError
-from relaxtui.evals.degeneracy import is_degenerate
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.report import pareto_front, summarise
-from relaxtui.evals.results import ResultsStore
-from relaxtui.evals.runner import EvalPlan, run_eval
+from relaxtui.evals.analysis.degeneracy import is_degenerate
+from relaxtui.evals.analysis.report import pareto_front, summarise
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.results import ResultsStore
+from relaxtui.evals.run.runner import run_eval
 from relaxtui.evals.tasks import get
 
 DIGITS = [f"{d}".encode() for d in range(10)]

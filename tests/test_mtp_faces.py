@@ -9,7 +9,7 @@ import json
 import pytest
 
 from relaxtui.cli import main
-from relaxtui.evals.results import MEASURED_PROFILE
+from relaxtui.evals.run.results import MEASURED_PROFILE
 from tests.test_cli import fails_with
 from tests.tiny_models import tiny_fixture, write_qwen35  # noqa: F401  (tiny_fixture: the `tiny` fixture)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relaxtui.evals.stats import (
+from relaxtui.evals.analysis.stats import (
     Z975,
     Cells,
     newcombe_interval,

@@ -32,7 +32,7 @@ from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.round import _one_hot, check_request
 from relaxtui.decoding.sampling import SamplingParams, process
 from relaxtui.errors import UserError
-from relaxtui.evals.drift import record_signals, signals
+from relaxtui.evals.analysis.drift import record_signals, signals
 from relaxtui.rules import PAPER_GRID, RULES, Rule, make, residual
 from tests.conftest import VOCAB, fake, random_table
 

@@ -34,7 +34,7 @@ from relaxtui.commands.common import (
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.display import terminal_text
 from relaxtui.errors import UserError
-from relaxtui.evals.runner import EvalPlan
+from relaxtui.evals.run.plan import EvalPlan
 from relaxtui.options import ALPHA, DRAFT_MAX, SETTINGS, SPECULATIVE, SPECULATIVE_N, Setting, as_flag
 from relaxtui.rules import make
 from relaxtui.serve.body import ApiError

@@ -11,10 +11,10 @@ from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.engine.capacity import capacity, check_parallel, kv_bytes_per_token
 from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import UserError
-from relaxtui.evals.executors import ParallelExecutor
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.results import ResultsStore
-from relaxtui.evals.runner import run_eval
+from relaxtui.evals.run.executors import ParallelExecutor
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.results import ResultsStore
+from relaxtui.evals.run.runner import run_eval
 from relaxtui.evals.tasks import get
 from tests.test_cli import fails_with
 from tests.test_eval_runner import DIGITS, PLAN
@@ -63,7 +63,7 @@ def test_parallel_run_resumes_with_nothing_lost_and_nothing_twice(tmp_path):
 
 
 def test_the_executor_is_chosen_by_the_context(tmp_path):
-    from relaxtui.evals.runner import SequentialExecutor, local_executor
+    from relaxtui.evals.run.executors import SequentialExecutor, local_executor
 
     assert isinstance(local_executor(digits(1, 1), None, list), SequentialExecutor)
     assert isinstance(local_executor(digits(1, 2), None, list), ParallelExecutor)

@@ -10,8 +10,8 @@ import pytest
 
 from relaxtui.cli import main
 from relaxtui.errors import UserError
-from relaxtui.evals.jsonshape import check_schema, violation
-from relaxtui.evals.taskfile import load_task
+from relaxtui.evals.taskfiles.jsonshape import check_schema, violation
+from relaxtui.evals.taskfiles.taskfile import load_task
 from relaxtui.patterns import PatternError, compile_pattern
 
 # Each of these takes Python's re longer than the age of the universe on the text beside it (exponential

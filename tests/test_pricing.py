@@ -17,10 +17,10 @@ from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.events import Finished, RoundTiming, TokenEvent
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
-from relaxtui.evals.report import render_table, summarise
-from relaxtui.evals.results import GridPoint
+from relaxtui.evals.analysis.report import render_table, summarise
+from relaxtui.evals.run.results import GridPoint
+from relaxtui.evals.run.units import WorkUnit, make_record
 from relaxtui.evals.tasks.base import Sample, Score
-from relaxtui.evals.units import WorkUnit, make_record
 from relaxtui.serve.protocol import Speculative
 from relaxtui.serve.render import Totals, stats
 from tests.conftest import VOCAB, fake, random_table
@@ -181,7 +181,7 @@ def test_every_face_says_when_no_acceptance_rate_pays():
     from relaxtui.commands.bench import break_even_cell
     from relaxtui.commands.bench import slower_line as bench_line
     from relaxtui.commands.profiles import describe
-    from relaxtui.evals.tune import recommend
+    from relaxtui.evals.analysis.tune import recommend
     from relaxtui.tui.widgets.stats import StatsPanel
     from tests.test_tune import summary
 

@@ -16,7 +16,7 @@ from relaxtui import console
 from relaxtui.cli import main
 from relaxtui.commands.eval import ProgressBar
 from relaxtui.console import ProgressDisplay
-from relaxtui.evals.runner import SampleDone
+from relaxtui.evals.run.runner import SampleDone
 from relaxtui.models import pairing
 from relaxtui.progress import Step, StepCounter
 from tests.conftest import fake, random_table

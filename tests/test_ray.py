@@ -23,7 +23,7 @@ import pytest
 from relaxtui.cli import main
 from relaxtui.commands import eval as eval_command
 from relaxtui.costmodel.profiles import memory_bound
-from relaxtui.evals.results import MEASURED_PROFILE
+from relaxtui.evals.run.results import MEASURED_PROFILE
 from tests.tiny_models import tiny_fixture  # noqa: F401  (the `tiny` fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def test_unreachable_address_is_one_line_and_writes_nothing(capsys, tmp_path):
 
 
 def test_actors_share_their_nodes_gpus():
-    from relaxtui.evals.ray_executor import node_gpus
+    from relaxtui.evals.run.ray_executor import node_gpus
 
     shares = [node_gpus({"Resources": {"GPU": gpus}}, actors) for gpus, actors in [(0, 1), (2, 1), (2, 2), (8, 3),
                                                                                    (2, 3), (1, 2)]]
@@ -154,7 +154,7 @@ def test_actors_share_their_nodes_gpus():
 
 def test_actors_with_k_sequences_take_an_even_share_of_the_queue_up_to_4k():
     pytest.importorskip("ray")
-    from relaxtui.evals.ray_executor import RayExecutor
+    from relaxtui.evals.run.ray_executor import RayExecutor
     from relaxtui.session import ModelOptions
 
     def batch(parallel, actors, queued):

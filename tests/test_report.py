@@ -9,10 +9,10 @@ import pytest
 
 from relaxtui.cli import main
 from relaxtui.costmodel.profiles import SHIPPED, CostProfile
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.report import summarise
-from relaxtui.evals.results import ResultsStore
-from relaxtui.evals.stats import paired_difference, problems_to_resolve, t_quantile_975
+from relaxtui.evals.analysis.report import summarise
+from relaxtui.evals.analysis.stats import paired_difference, problems_to_resolve, t_quantile_975
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.results import ResultsStore
 from tests.test_cli import fails_with
 
 
@@ -165,7 +165,7 @@ def test_plot_labels_never_overlap():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from relaxtui.evals.plot import place_labels
+    from relaxtui.evals.analysis.plot import place_labels
 
     figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
     points = [(1.0 + 0.001 * i, 50.0 + 0.1 * (i % 3), f"config number {i}") for i in range(8)]  # nearly one spot
@@ -185,7 +185,7 @@ def test_plot_labels_never_overlap():
 
 
 def test_plot_y_range_fits_the_points_and_their_intervals():
-    from relaxtui.evals.plot import y_range
+    from relaxtui.evals.analysis.plot import y_range
 
     rows = [record("c1", "strict", 3, f"p{i}", 0, i % 4 != 0) for i in range(8)]
     rows += [record("c0", None, 0, f"p{i}", 0, i % 2 == 0) for i in range(8)]
@@ -200,7 +200,7 @@ def test_plot_y_range_fits_the_points_and_their_intervals():
 
 
 def test_degenerate_intervals_render_n_a_and_small_or_truncated_samples_warn():
-    from relaxtui.evals.report import render_table, warnings
+    from relaxtui.evals.analysis.report import render_table, warnings
 
     few = [record("c0", None, 0, f"p{i}", 0, i == 0) for i in range(3)]
     few += [record("c1", "strict", 3, f"p{i}", 0, i < 2) for i in range(3)]

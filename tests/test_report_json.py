@@ -11,9 +11,8 @@ import pytest
 
 from relaxtui.cli import main
 from relaxtui.costmodel.profiles import CostProfile
-from relaxtui.evals.drift import DRIFT_COLUMNS, drift_row
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.report import (
+from relaxtui.evals.analysis.drift import DRIFT_COLUMNS, drift_row
+from relaxtui.evals.analysis.report import (
     MIN_INTERVAL_PROBLEMS,
     columns,
     profile_names,
@@ -21,7 +20,8 @@ from relaxtui.evals.report import (
     summarise,
     unstable_profiles,
 )
-from relaxtui.evals.results import ResultsStore
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.results import ResultsStore
 from tests.test_drift import drift_run
 from tests.test_report import constructed_run, record
 

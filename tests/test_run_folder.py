@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from relaxtui.cli import main
 from relaxtui.engine.gguf import FINGERPRINT_SAMPLE_BYTES, model_fingerprint, read_header
 from relaxtui.errors import UserError
-from relaxtui.evals.contenthash import content_sha256
-from relaxtui.evals.identity import MODELS, RunIdentity, same_file
-from relaxtui.evals.results import TORN, ResultsStore, load_records, read_manifest, record_problem
+from relaxtui.evals.run.contenthash import content_sha256
+from relaxtui.evals.run.identity import MODELS, RunIdentity, same_file
+from relaxtui.evals.run.results import TORN, ResultsStore, load_records, read_manifest, record_problem
 from tests.test_cli import fails_with
 from tests.test_report import record
 
@@ -151,7 +151,7 @@ def test_another_file_under_the_same_name_is_refused_naming_both(tmp_path):
 
 def test_config_ids_do_not_depend_on_fingerprints():
     """Folders from before fingerprints keep their config ids, so their records still resume."""
-    from relaxtui.evals.results import GridPoint
+    from relaxtui.evals.run.results import GridPoint
 
     point = GridPoint("strict", None, 3)
     assert RunIdentity(MANIFEST).config_id(point) == RunIdentity(MANIFEST, {"v.gguf": "1:aa"}).config_id(point)
@@ -228,7 +228,7 @@ def test_the_full_hash_is_read_once_per_version_of_a_file(tmp_path, monkeypatch)
     model.write_bytes(b"GGUF" + b"x" * 5000)
     assert content_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
     real = hashlib.sha256
-    monkeypatch.setattr("relaxtui.evals.contenthash.hashlib.sha256", lambda *a: pytest.fail("hashed again"))
+    monkeypatch.setattr("relaxtui.evals.run.contenthash.hashlib.sha256", lambda *a: pytest.fail("hashed again"))
     assert content_sha256(model) == real(model.read_bytes()).hexdigest()  # from the cache
     monkeypatch.undo()
     monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path / "cache"))
@@ -283,8 +283,8 @@ def test_unstable_profile_timings_are_said_and_not_advice(capsys, run_folder_wit
     folder, profile = run_folder_with_profile
     assert main(["eval", "report", str(folder)]) == 0
     assert "warning: profile this-machine: its timings stayed unstable" in capsys.readouterr().out
-    from relaxtui.evals.report import summarise
-    from relaxtui.evals.tune import recommend
+    from relaxtui.evals.analysis.report import summarise
+    from relaxtui.evals.analysis.tune import recommend
 
     rows = [record("c0", None, 0, f"p{i}", 0, True) for i in range(6)]
     rows += [record("c1", "strict", 3, f"p{i}", 0, True) for i in range(6)]

@@ -18,9 +18,9 @@ import pytest
 
 from relaxtui import checks
 from relaxtui.cli import main
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.results import MANIFEST, MANIFEST_CHECKS, read_manifest
-from relaxtui.evals.runner import EvalPlan
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.results import MANIFEST, MANIFEST_CHECKS, read_manifest
 from relaxtui.evals.tasks import get
 from relaxtui.options import SETTINGS, SPECULATIVE, TOP_K, Setting
 from relaxtui.serve.body import ApiError

@@ -12,7 +12,7 @@ import pytest
 
 from relaxtui.cli import build_parser, main
 from relaxtui.errors import UserError
-from relaxtui.evals.taskfile import load_task
+from relaxtui.evals.taskfiles.taskfile import load_task
 from relaxtui.evals.tasks import get
 
 pytestmark = pytest.mark.timeout(60)

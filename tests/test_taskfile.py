@@ -19,10 +19,11 @@ from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import UserError
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.results import ResultsStore
-from relaxtui.evals.runner import EvalPlan, run_eval
-from relaxtui.evals.taskfile import TaskFile, load_task
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.results import ResultsStore
+from relaxtui.evals.run.runner import run_eval
+from relaxtui.evals.taskfiles.taskfile import TaskFile, load_task
 from relaxtui.evals.tasks import get
 
 REPO = Path(__file__).resolve().parents[1]
@@ -388,7 +389,7 @@ class TemplateModel:
 
 
 def rendered(toml: str, tmp_path: Path, thinking: bool | None = None) -> tuple[str, bool, bool]:
-    from relaxtui.evals.pair import sample_tokenizer
+    from relaxtui.evals.run.pair import sample_tokenizer
 
     model = TemplateModel()
     sample = load_task(write_task(tmp_path, toml)).load()[0]
@@ -414,8 +415,8 @@ def test_chat_or_raw_prompts_and_thinking_reach_the_verifier(tmp_path):
 
 
 def test_stop_strings_reach_the_generation_config(tmp_path):
-    from relaxtui.evals.results import GridPoint
-    from relaxtui.evals.runner import WorkUnit, unit_config
+    from relaxtui.evals.run.results import GridPoint
+    from relaxtui.evals.run.units import WorkUnit, unit_config
 
     sample = load_task(write_task(tmp_path)).load()[0]
     plan = EvalPlan(max_tokens=16, sampling=SamplingParams(1.0, 0, 1.0))
@@ -438,7 +439,7 @@ def char_tokens(sample) -> list[int]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("n_seq", [1, 2], ids=["one-sequence", "batched"])
 def test_a_row_that_fails_at_run_time_is_recorded_with_its_reason_and_the_run_goes_on(tmp_path, monkeypatch, n_seq):
-    from relaxtui.evals.report import summarise, warnings
+    from relaxtui.evals.analysis.report import summarise, warnings
 
     task = load_task(write_task(tmp_path, rows=FAILING_ROWS))
     samples = task.load()

@@ -16,9 +16,9 @@ import pytest
 from relaxtui.cli import main
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.engine.fake import FakeBackend
-from relaxtui.evals.report import ConfigSummary
-from relaxtui.evals.stats import paired_difference
-from relaxtui.evals.transfer import carry_lines, carry_over
+from relaxtui.evals.analysis.report import ConfigSummary
+from relaxtui.evals.analysis.stats import paired_difference
+from relaxtui.evals.analysis.transfer import carry_lines, carry_over
 
 DIGITS = [f"{d}".encode() for d in range(10)]
 PROBLEMS = 40

@@ -6,10 +6,10 @@ import pytest
 
 from relaxtui.cli import main
 from relaxtui.costmodel.profiles import CostProfile
-from relaxtui.evals.report import ConfigSummary, columns, profile_names, row
-from relaxtui.evals.stats import newcombe_interval, paired_proportion_difference
-from relaxtui.evals.transfer import carry_over
-from relaxtui.evals.tune import recommend
+from relaxtui.evals.analysis.report import ConfigSummary, columns, profile_names, row
+from relaxtui.evals.analysis.stats import newcombe_interval, paired_proportion_difference
+from relaxtui.evals.analysis.transfer import carry_over
+from relaxtui.evals.analysis.tune import recommend
 
 PROFILE = CostProfile("unit", "", "", "", 10.0, 1.0, {1: 10.0, 4: 12.0})
 

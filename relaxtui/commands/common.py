@@ -120,7 +120,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def add_task_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """For every command that loads task files: a task file's data path stays in its folder unless the user
-    says otherwise here (a task file may be someone else's; see ``evals.taskdata.inside_folder``)."""
+    says otherwise here (a task file may be someone else's; see ``evals.taskfiles.taskdata.inside_folder``)."""
     parser.add_argument("--allow-outside-data", action="store_true",
                         help="let a task file's [data] path lie outside the task file's folder (an absolute path, "
                              "../, a link to elsewhere); without it such a path is refused")

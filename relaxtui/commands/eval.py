@@ -27,9 +27,7 @@ from relaxtui.console import ProgressDisplay
 from relaxtui.costmodel.profiles import CostProfile, load_profile
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
-from relaxtui.evals.identity import RunIdentity, fingerprints, model_paths, run_environment
-from relaxtui.evals.pair import THIS_MACHINE, measure_profile, sample_tokenizer
-from relaxtui.evals.report import (
+from relaxtui.evals.analysis.report import (
     SHARED_BATCHES_NOTE,
     json_lines,
     render_drift_table,
@@ -39,8 +37,12 @@ from relaxtui.evals.report import (
     warnings,
     write_reports,
 )
-from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore, load_records
-from relaxtui.evals.runner import EvalPlan, Executor, SampleDone, local_executor, run_units
+from relaxtui.evals.run.executors import Executor, local_executor
+from relaxtui.evals.run.identity import RunIdentity, fingerprints, model_paths, run_environment
+from relaxtui.evals.run.pair import THIS_MACHINE, measure_profile, sample_tokenizer
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.results import MEASURED_PROFILE, ResultsStore, load_records
+from relaxtui.evals.run.runner import SampleDone, run_units
 from relaxtui.evals.tasks import Sample, Task, get
 from relaxtui.files import write_atomic
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
@@ -139,7 +141,7 @@ def connect_cluster(address: str | None) -> Callable[[], None]:
     """With --ray, join the cluster (``""``: a local one) and return the disconnect; without, nothing to do."""
     if address is None:
         return lambda: None
-    from relaxtui.evals.ray_executor import connect
+    from relaxtui.evals.run.ray_executor import connect
 
     return connect(address or None)
 
@@ -195,7 +197,7 @@ def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPla
     """One local pair, --parallel sequences at a time (loaded here, so a model that fails to load or a K that
     does not fit fails before the folder is touched); or Ray actors with --ray, started on first need."""
     if args.ray is not None:
-        from relaxtui.evals.ray_executor import RayExecutor
+        from relaxtui.evals.run.ray_executor import RayExecutor
 
         ray_executor = RayExecutor(options, thinking, actors=args.ray_actors)
 

@@ -10,7 +10,7 @@ from relaxtui.costmodel.pricing import break_even
 from relaxtui.costmodel.profiles import SHIPPED, THIS_MACHINE, CostProfile, load_profile
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
-from relaxtui.evals.results import MEASURED_PROFILE
+from relaxtui.evals.run.results import MEASURED_PROFILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

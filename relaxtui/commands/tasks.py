@@ -32,7 +32,7 @@ def _shown(text: str, limit: int = 1200) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxtui.evals.taskfile import TaskFile
+    from relaxtui.evals.taskfiles.taskfile import TaskFile
     from relaxtui.evals.tasks import get
 
     if not args.file.endswith(".toml"):

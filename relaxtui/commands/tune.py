@@ -1,6 +1,6 @@
 """`relaxtui tune TASK`: a small grid of N, drafters and rule/knob pairs, scored by the eval runner, then
 the capability-vs-speed Pareto front and a plain recommendation; with ``--check OTHER…``, the recommended setting
-is run on other tasks too, and the advice says where it holds and where it breaks (``evals/transfer.py``)."""
+is run on other tasks too, and the advice says where it holds and where it breaks (``evals/analysis/transfer.py``)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,7 @@ from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile
 from relaxtui.decoding.drafters import STANDALONE_KINDS
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
-from relaxtui.evals.identity import RunIdentity, fingerprints, model_paths, run_environment
-from relaxtui.evals.pair import sample_tokenizer
-from relaxtui.evals.report import (
+from relaxtui.evals.analysis.report import (
     SHARED_BATCHES_NOTE,
     ConfigSummary,
     render_drift_table,
@@ -48,11 +46,14 @@ from relaxtui.evals.report import (
     warnings,
     write_reports,
 )
-from relaxtui.evals.results import MEASURED_PROFILE, ResultsStore
-from relaxtui.evals.runner import EvalPlan, run_eval
+from relaxtui.evals.analysis.transfer import Carry, carry_lines, carry_over, chosen_setting
+from relaxtui.evals.analysis.tune import DEFAULT_MAX_DRIFT, recommend
+from relaxtui.evals.run.identity import RunIdentity, fingerprints, model_paths, run_environment
+from relaxtui.evals.run.pair import sample_tokenizer
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.results import MEASURED_PROFILE, ResultsStore
+from relaxtui.evals.run.runner import run_eval
 from relaxtui.evals.tasks import Sample, Task, get
-from relaxtui.evals.transfer import Carry, carry_lines, carry_over, chosen_setting
-from relaxtui.evals.tune import DEFAULT_MAX_DRIFT, recommend
 from relaxtui.models.registry import DEFAULT_DRAFTER
 from relaxtui.options import DRAFT_KIND, DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 from relaxtui.session import DRAFT_KINDS, ModelOptions

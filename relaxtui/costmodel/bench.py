@@ -17,7 +17,7 @@ import json
 import resource
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -82,7 +82,7 @@ def bench_prompts(*, texts: Sequence[str] = (), workload: str | None = None, pro
 
 def workload_prompts(name: str) -> list[tuple[Message, ...]]:
     """A shipped workload's prompts: its task file's rows rendered as eval renders them (system message included)."""
-    from relaxtui.evals.taskfile import load_task
+    from relaxtui.evals.taskfiles.taskfile import load_task
     from relaxtui.evals.tasks.base import REPO_ROOT
 
     if name not in WORKLOADS:
@@ -214,7 +214,7 @@ def _run_one(verifier: LlamaModel, prompt: Sequence[int], config: GenerationConf
 
 def median_costs(samples: Sequence[LoopCosts]) -> LoopCosts:
     """Element-wise median over the passes' calibrations."""
-    def med(values: Sequence[float]) -> float:
+    def med(values: Iterable[float]) -> float:
         return statistics.median(values)
 
     return LoopCosts(

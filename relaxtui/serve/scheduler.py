@@ -22,11 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, load_profile
 from relaxtui.decoding.batched import Job
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Event, Finished, TokenEvent
+from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.executors import BatchedExecutor, Closed, QueueFull
@@ -55,6 +57,9 @@ class Failure:
 
 
 Delivered = Event | Failure | ScoredPrompt  # what a ticket hands its handler: an event, a failure, a score
+Generated = Event | Failure  # a generation's ticket: its choices' events, or how a choice was lost
+Scored = ScoredPrompt | Failure  # a scoring request's ticket: each prompt's scores, or how it was lost
+D = TypeVar("D", bound=Delivered)  # what one ticket hands back
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,11 @@ class LoopSettings:
     draft_min: int = 0
     adaptive: bool = False
     draft_max: int = 3  # the server's N: the longest block a this-machine profile is measured for
-    reuse: str = "longest"  # prompt cache: keep (or copy from another slot) the longest common prefix, as
+    reuse: ReusePolicy = "longest"  # prompt cache: keep (or copy from another slot) the longest common prefix, as
     # llama-server does; "exact": only a whole repeated prompt, so outputs never depend on what ran before
 
 
-class Ticket:
+class Ticket(Generic[D]):
     """One request's choices in the batch: where their events go, and when each of them should stop.
 
     Events from the model thread are buffered and handed to the event loop in bursts: one wake-up of the loop for
@@ -78,12 +83,12 @@ class Ticket:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, choices: int, deadline: float) -> None:
         self.loop = loop
-        self.events: asyncio.Queue[tuple[int, Delivered]] = asyncio.Queue()
+        self.events: asyncio.Queue[tuple[int, D]] = asyncio.Queue()
         self.cancelled = threading.Event()  # the client went away, or the response is complete
         self.done = [False] * choices  # a stop string ended this choice
         self.deadline = deadline  # time.monotonic() after which every choice stops
         self._lock = threading.Lock()
-        self._pending: list[tuple[int, Delivered]] = []  # delivered, not yet on the loop's queue
+        self._pending: list[tuple[int, D]] = []  # delivered, not yet on the loop's queue
 
     def should_stop(self, choice: int) -> bool:
         return self.cancelled.is_set() or self.done[choice] or time.monotonic() > self.deadline
@@ -92,7 +97,7 @@ class Ticket:
     def expired(self) -> bool:
         return time.monotonic() > self.deadline
 
-    def deliver(self, choice: int, event: Delivered) -> None:
+    def deliver(self, choice: int, event: D) -> None:
         """From any thread: queue the event; wake the loop only if no wake-up is pending already."""
         with self._lock:
             self._pending.append((choice, event))
@@ -172,14 +177,15 @@ class Scheduler:
         if self.profile_spec is not None and self.profile_spec != THIS_MACHINE:
             return load_profile(self.profile_spec)
         loaded = getattr(pair, "loaded", None)
-        if loaded is None and self.profile_spec is None and getattr(pair, "cost_profile", None) is not None:
-            return pair.cost_profile  # type: ignore[attr-defined, no-any-return]
+        stand_in: CostProfile | None = getattr(pair, "cost_profile", None)  # the fake pair's (FakeServedPair)
+        if loaded is None and self.profile_spec is None and stand_in is not None:
+            return stand_in
         if loaded is None:
             raise UserError("--profile this-machine needs real models (the fake pair has no costs to measure)")
         from relaxtui.costmodel import profile_cache
         from relaxtui.costmodel.measure import hardware_description
-        from relaxtui.evals.pair import measure_profile
-        from relaxtui.evals.runner import EvalPlan
+        from relaxtui.evals.run.pair import measure_profile
+        from relaxtui.evals.run.plan import EvalPlan
 
         prompt = pair.text_tokens("Write a function that checks whether a number is prime, then explain it.")
         plan = EvalPlan(draft_max=(max(1, self.settings.draft_max),), max_tokens=512)
@@ -239,7 +245,7 @@ class Scheduler:
             self.pair = None
 
     # -- requests -----------------------------------------------------------------------------------------------
-    def jobs(self, request: CompletionRequest, prompts: Sequence[Sequence[int]], ticket: Ticket,
+    def jobs(self, request: CompletionRequest, prompts: Sequence[Sequence[int]], ticket: Ticket[Generated],
              param: str) -> list[Job]:
         """One job per (prompt, choice); choice i of prompt j is index j·n + i, seeds seed + i."""
         pair = self.pair
@@ -263,13 +269,13 @@ class Scheduler:
                                           # what serve renders is p(x): at greedy the T=1 softmax's (the normaliser)
                                           logprobs=request.logprobs is not None and request.sampling.greedy,
                                           bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
-                                          adaptive=self.settings.adaptive, reuse=self.settings.reuse,  # type: ignore[arg-type]
+                                          adaptive=self.settings.adaptive, reuse=self.settings.reuse,
                                           stop=request.stop)  # the loop ends the sequence in the round that stops
                 jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
                                 should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter))
         return jobs
 
-    def scoring_jobs(self, prompts: Sequence[Sequence[int]], top: int, ticket: Ticket) -> list[Job]:
+    def scoring_jobs(self, prompts: Sequence[Sequence[int]], top: int, ticket: Ticket[Scored]) -> list[Job]:
         """One carrier job per prompt (``relaxtui.serve.scoring``): prompt j's scores come back as choice j."""
         pair = self.pair
         assert pair is not None

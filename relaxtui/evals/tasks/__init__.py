@@ -19,7 +19,7 @@ def get(name: str, *, allow_outside_data: bool = False) -> Task:
     if name.endswith(".toml"):
         from pathlib import Path
 
-        from relaxtui.evals.taskfile import load_task
+        from relaxtui.evals.taskfiles.taskfile import load_task
 
         return load_task(Path(name), allow_outside_data=allow_outside_data)
     try:

@@ -1,11 +1,11 @@
 """Task files: a benchmark declared in TOML (``relaxtui eval my_task.toml``), for workloads no built-in task covers.
 
 A task is flat data, as in lm-evaluation-harness and lighteval: where the rows come from (``[data]``), how a
-row becomes a prompt (``[prompt]``), how a reply is judged (``[answer]``, one kind of ``relaxtui.evals.answers``)
-and an explicit ``version``. There is no code in a task file: templates are plain field substitutions
-(``relaxtui.evals.template``) and answer kinds are a closed registry. Everything — keys, types, the template's
-fields against the declared ones, a regex, every row of the data — is checked when the file loads, so a bad
-file is one line and exit 2 before any model loads.
+row becomes a prompt (``[prompt]``), how a reply is judged (``[answer]``, one kind of
+``relaxtui.evals.taskfiles.answers``) and an explicit ``version``. There is no code in a task file: templates are
+plain field substitutions (``relaxtui.evals.taskfiles.template``) and answer kinds are a closed registry.
+Everything — keys, types, the template's fields against the declared ones, a regex, every row of the data — is
+checked when the file loads, so a bad file is one line and exit 2 before any model loads.
 
 Identity: ``version`` is ``"<version>+sha:<12 hex>"``, the digest of the file's bytes and of its local data
 file's bytes, so editing either one without bumping the version still never mixes results in a folder.
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from relaxtui.errors import UserError
-from relaxtui.evals.answers import NO_ANSWER, Reader, make_reader
-from relaxtui.evals.taskdata import DataSource, read_source
+from relaxtui.evals.taskfiles.answers import NO_ANSWER, Reader, make_reader
+from relaxtui.evals.taskfiles.taskdata import DataSource, read_source
+from relaxtui.evals.taskfiles.template import Template, field_text
+from relaxtui.evals.taskfiles.tomltable import Table
 from relaxtui.evals.tasks.base import Located, Sample, Score, Task, bad
-from relaxtui.evals.template import Template, field_text
-from relaxtui.evals.tomltable import Table
 from relaxtui.files import read_regular_bytes
 from relaxtui.text import Message
 

@@ -20,8 +20,8 @@ from relaxtui.errors import UserError
 from relaxtui.session import drafter_options
 
 if TYPE_CHECKING:
-    from relaxtui.evals.results import GridPoint
-    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.run.plan import EvalPlan
+    from relaxtui.evals.run.results import GridPoint
     from relaxtui.evals.tasks.base import Task
     from relaxtui.session import ModelOptions
 
@@ -102,7 +102,7 @@ def same_file(recorded: str, current: str) -> bool:
 def full_fingerprint(path: Path) -> str:
     """The header-and-samples fingerprint and the whole file's sha256 (remembered per file version)."""
     from relaxtui.engine.gguf import model_fingerprint
-    from relaxtui.evals.contenthash import content_sha256
+    from relaxtui.evals.run.contenthash import content_sha256
 
     return f"{model_fingerprint(path)} sha256:{content_sha256(path)}"
 

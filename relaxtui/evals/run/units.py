@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished
-from relaxtui.evals.degeneracy import is_degenerate
-from relaxtui.evals.drift import record_signals
-from relaxtui.evals.results import GridPoint
+from relaxtui.evals.analysis.degeneracy import is_degenerate
+from relaxtui.evals.analysis.drift import record_signals
+from relaxtui.evals.run.results import GridPoint
 from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.rules import Rule
 
 if TYPE_CHECKING:
-    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.run.plan import EvalPlan
 
 __all__ = ["WorkUnit", "failed_record", "make_record", "row_problem", "unit_config"]
 
@@ -64,7 +64,7 @@ def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any
         "per_position_acceptance": list(metrics.per_position_acceptance),
         "decode_s": metrics.decode_s, "prefill_s": metrics.prefill_s, "tokens_per_s": metrics.tokens_per_s,
         "finished_at": time.time(), "failed": score.detail.startswith(FAILED),
-        # label-free drift signals (evals/drift.py); False for an open-ended task, whose `correct` means nothing
+        # label-free drift signals (analysis/drift.py); False for an open-ended task, whose `correct` means nothing
         "scored": getattr(task, "scored", True),
         **record_signals(finished.token_ids, finished.verifier_logprobs, finished.verifier_probs),
     }

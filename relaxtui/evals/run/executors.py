@@ -3,7 +3,7 @@
 - ``SequentialExecutor``: one unit at a time on one pair (the one-sequence loop);
 - ``ParallelExecutor``: K units at once, one sequence each in one context per model, through the same continuous
   batching the server uses (``relaxtui.executors.BatchedExecutor``);
-- ``relaxtui.evals.ray_executor.RayExecutor``: units on Ray actors, each running one of the two above.
+- ``relaxtui.evals.run.ray_executor.RayExecutor``: units on Ray actors, each running one of the two above.
 
 Records come back as units finish, which may be out of plan order: the driver keys them by (config, problem,
 seed), so resume and deduplication do not care. A unit cut short by a stop request yields no record; a unit
@@ -22,12 +22,12 @@ from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import generate
 from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
+from relaxtui.evals.run.units import WorkUnit, failed_record, make_record, row_problem, unit_config
 from relaxtui.evals.tasks.base import Sample, Task
-from relaxtui.evals.units import WorkUnit, failed_record, make_record, row_problem, unit_config
 from relaxtui.executors import BatchedExecutor
 
 if TYPE_CHECKING:
-    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.run.plan import EvalPlan
 
 __all__ = ["Executor", "ParallelExecutor", "SequentialExecutor", "local_executor"]
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relaxtui.evals.degeneracy import repetition_rate
-from relaxtui.evals.stats import (
+from relaxtui.evals.analysis.degeneracy import repetition_rate
+from relaxtui.evals.analysis.stats import (
     MIN_INTERVAL_PROBLEMS,
     MeanInterval,
     PairKey,

@@ -5,7 +5,7 @@ into records with the same prompt tokens, config and rule as the local runner, t
 unit at a time, or with ``--parallel K`` K units at once in its contexts. The driver hands every idle actor a
 batch (one unit, or a share of the queue when the actor holds K sequences), streams records back as they finish
 (``ray.wait`` on the actors' generators), and alone appends them to the store, so resume and deduplication stay
-in :func:`relaxtui.evals.runner.run_units`. A lost actor (its node died, its process crashed, someone killed
+in :func:`relaxtui.evals.run.runner.run_units`. A lost actor (its node died, its process crashed, someone killed
 it) is dropped and the units of its batch that sent no record go back on the queue for another actor:
 at-most-once per actor, at-least-once per unit, and the driver keeps the first record.
 
@@ -27,7 +27,8 @@ from types import ModuleType
 from typing import Any
 
 from relaxtui.errors import UserError
-from relaxtui.evals.runner import EvalPlan, WorkUnit
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.units import WorkUnit
 from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.session import ModelOptions
 
@@ -93,8 +94,8 @@ class PairActor:
     """Holds one loaded pair on a node (wrapped by ``ray.remote`` at start-up, so ray stays optional)."""
 
     def __init__(self, options: ModelOptions, thinking: bool | None) -> None:
-        from relaxtui.evals.executors import local_executor
-        from relaxtui.evals.pair import sample_tokenizer
+        from relaxtui.evals.run.executors import local_executor
+        from relaxtui.evals.run.pair import sample_tokenizer
         from relaxtui.session import load_pair
 
         self.error: str | None = None
@@ -116,7 +117,7 @@ class PairActor:
 
     def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
         """This node's cost profile as JSON, for the driver to save with the run."""
-        from relaxtui.evals.pair import measure_profile
+        from relaxtui.evals.run.pair import measure_profile
 
         return measure_profile(self.pair, plan, self.tokenize(sample))
 
@@ -129,7 +130,7 @@ class _Actor:
 
 
 class RayExecutor:
-    """An :class:`~relaxtui.evals.runner.Executor` over Ray actors, one batch of units in flight per actor."""
+    """An :class:`~relaxtui.evals.run.executors.Executor` over Ray actors, one batch of units in flight per actor."""
 
     def __init__(self, options: ModelOptions, thinking: bool | None, actors: int | None = None,
                  log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from relaxtui.display import WALL_CLOCK, priced_label
-from relaxtui.evals.report import ConfigSummary, delta_text
-from relaxtui.evals.stats import problems_to_resolve
-from relaxtui.evals.tune import (
+from relaxtui.evals.analysis.report import ConfigSummary, delta_text
+from relaxtui.evals.analysis.stats import problems_to_resolve
+from relaxtui.evals.analysis.tune import (
     DEFAULT_MAX_DRIFT,
     Recommendation,
     drift_difference,

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from relaxtui.evals.report import ConfigSummary, pareto_front, profile_names
+from relaxtui.evals.analysis.report import ConfigSummary, pareto_front, profile_names
 
 # candidate label offsets in points, nearest first: right, above, left, below, then diagonals, then further out
 _OFFSETS = [(dx * r, dy * r) for r in (1, 2, 3, 4, 6)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relaxtui.errors import UserError
+from relaxtui.evals.taskfiles.tomltable import Table
 from relaxtui.evals.tasks.base import DATA_FILE, Located, bad, numbered, read_rows
-from relaxtui.evals.tomltable import Table
 from relaxtui.files import FileMissing, open_regular
 
 PARQUET_SUFFIXES = (".parquet", ".pq")

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from relaxtui.errors import UserError
+from relaxtui.evals.taskfiles.tomltable import Table
 from relaxtui.evals.tasks.base import Score, describe, strip_think
 from relaxtui.evals.tasks.math500 import math_equal, parse_math
 from relaxtui.evals.tasks.math_parsing import boxed_contents, strip_text_wrappers
-from relaxtui.evals.tomltable import Table
 from relaxtui.patterns import FLAG_PREFIXES, PatternError, compile_pattern
 
 NO_ANSWER = "no answer found"
@@ -326,7 +326,7 @@ class Unscored(Reader):
 
 
 def kinds() -> dict[str, type[Reader]]:
-    from relaxtui.evals.answers_structured import CodeAnswer, JsonAnswer
+    from relaxtui.evals.taskfiles.answers_structured import CodeAnswer, JsonAnswer
 
     return {cls.kind: cls for cls in (Exact, Regex, Number, Choice, Boxed, MathAnswer, JsonAnswer, CodeAnswer,
                                       Unscored)}

@@ -17,7 +17,7 @@ __all__ = ["THIS_MACHINE", "measure_profile", "sample_tokenizer"]
 
 if TYPE_CHECKING:
     from relaxtui.engine.llama import LlamaModel
-    from relaxtui.evals.runner import EvalPlan
+    from relaxtui.evals.run.plan import EvalPlan
     from relaxtui.session import LoadedPair
 
 

@@ -3,8 +3,8 @@
 Seeds are ``seed + repeat`` (avg@n); the same seeds run under every config, so speed and capability compare
 like for like, pair by pair. Order is problem-major: each (problem, seed) runs under every config before the
 next, so drift in machine speed hits all configs alike. The driver plans *work units* and writes records;
-an executor (``evals.executors``: one sequence at a time, many in one context, or Ray actors) turns units into
-records (``evals.units``).
+an executor (``evals.run.executors``: one sequence at a time, many in one context, or Ray actors) turns units into
+records (``evals.run.units``).
 """
 
 from __future__ import annotations
@@ -14,70 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from relaxtui.decoding.drafters import Drafter
-from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
-from relaxtui.evals.executors import Executor, SequentialExecutor, local_executor
-from relaxtui.evals.identity import RunIdentity
-from relaxtui.evals.results import GridPoint, ResultsStore
+from relaxtui.evals.run.executors import Executor, local_executor
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.results import ResultsStore
+from relaxtui.evals.run.units import WorkUnit
 from relaxtui.evals.tasks.base import Sample, Task
-from relaxtui.evals.units import WorkUnit, make_record, unit_config
-from relaxtui.rules import PAPER_GRID, Rule, make, rule_class, split_spec
 
-# where these live now; importable from here as before
-__all__ = ["EvalPlan", "Executor", "SampleDone", "SequentialExecutor", "WorkUnit", "local_executor", "make_record",
-           "plan_units", "run_eval", "run_units", "unit_config"]
-
-
-@dataclass(frozen=True)
-class EvalPlan:
-    rules: tuple[str, ...] = ("strict",)
-    alphas: tuple[float, ...] = ()  # empty: each rule's paper grid
-    draft_max: tuple[int, ...] = (3,)
-    no_spec: bool = True
-    repeats: int = 1
-    seed: int = 0
-    max_tokens: int = 4096
-    sampling: SamplingParams = SamplingParams()
-    bonus: str = "auto"
-    draft_min: int = 0
-    adaptive: bool = False
-
-    def __post_init__(self) -> None:
-        if self.repeats < 1:
-            raise UserError(f"--repeats must be >= 1 (got {self.repeats})")
-        if not self.rules and not self.no_spec:
-            raise UserError("nothing to run: give --rule or --no-spec")
-        self.points()  # every rule of the grid is built once before anything runs (a bad knob, greedy: one line)
-
-    @property
-    def has_spec(self) -> bool:
-        return bool(self.rules)
-
-    @staticmethod
-    def _name(spec: str) -> str:
-        return split_spec(spec)[0]
-
-    def _knobs(self, spec: str) -> tuple[float | None, ...]:
-        """``rule:knob`` pins the knob; a bare rule takes --alpha, or else its paper grid."""
-        name, knob = split_spec(spec)
-        if knob is not None or rule_class(name).knob_name is None:  # an unknown rule: one line
-            return (knob,)
-        return self.alphas or PAPER_GRID[name]
-
-    def points(self) -> list[GridPoint]:
-        points = [GridPoint(None, None, 0)] if self.no_spec else []
-        for spec in self.rules:
-            name = self._name(spec)
-            for knob in self._knobs(spec):
-                self.rule_at(GridPoint(name, knob, 0))
-                points += [GridPoint(name, knob, n) for n in self.draft_max]
-        return points
-
-    def rule_at(self, point: GridPoint) -> Rule | None:
-        """The rule a grid point runs (None: the verifier alone), built by the factory, the eval run's one place for
-        it: its knob validated, and at temperature 0 a rule that cannot run greedy refused."""
-        return make(point.rule, point.knob, temperature=self.sampling.temperature) if point.rule else None
+__all__ = ["SampleDone", "plan_units", "run_eval", "run_units"]
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from relaxtui.costmodel.pricing import break_even
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.display import WALL_CLOCK, priced_label
-from relaxtui.evals.drift import logprob_delta_text
-from relaxtui.evals.report import ConfigSummary, delta_text, pareto_front, ratio_text
-from relaxtui.evals.stats import MIN_INTERVAL_PROBLEMS, PairedDifference, problems_to_resolve
+from relaxtui.evals.analysis.drift import logprob_delta_text
+from relaxtui.evals.analysis.report import ConfigSummary, delta_text, pareto_front, ratio_text
+from relaxtui.evals.analysis.stats import MIN_INTERVAL_PROBLEMS, PairedDifference, problems_to_resolve
 
 FEW_PROBLEMS = 30  # below this, the advice carries a caveat about its intervals
 DEFAULT_MAX_DRIFT = 0.1  # nats/token: the bound an open-ended task is judged by when --max-drift is not given

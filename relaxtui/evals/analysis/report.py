@@ -28,8 +28,8 @@ from typing import Any
 from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.display import WALL_CLOCK, one_line, priced_label
-from relaxtui.evals.drift import DRIFT_COLUMNS, DRIFT_FOOTNOTE, SIGNALS, Signal, drift_row, signals
-from relaxtui.evals.stats import (
+from relaxtui.evals.analysis.drift import DRIFT_COLUMNS, DRIFT_FOOTNOTE, SIGNALS, Signal, drift_row, signals
+from relaxtui.evals.analysis.stats import (
     MIN_INTERVAL_PROBLEMS,
     MeanInterval,
     PairedDifference,
@@ -388,7 +388,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 def write_reports(directory: Path, summaries: list[ConfigSummary], title: str,
                   profiles: Sequence[CostProfile] = (), note: str | None = None) -> list[Path]:
-    from relaxtui.evals.plot import plot
+    from relaxtui.evals.analysis.plot import plot
     from relaxtui.files import write_atomic
 
     title = one_line(title)

@@ -22,7 +22,7 @@ from typing import Any
 
 from relaxtui import checks
 from relaxtui.errors import UserError
-from relaxtui.evals.identity import ENVIRONMENT, RunIdentity
+from relaxtui.evals.run.identity import ENVIRONMENT, RunIdentity
 from relaxtui.files import read_regular_bytes, write_atomic
 
 MANIFEST = "manifest.json"
@@ -94,7 +94,7 @@ def _is_logprob(value: object) -> bool:
     return value is None or (_is_number(value, LOGPROB_FLOOR) and value <= LOGPROB_SLACK)  # type: ignore[operator]
 
 
-# the drift signals (evals/drift.py) are optional (older records lack them) and may be null (not measured); a
+# the drift signals (evals/analysis/drift.py) are optional (older records lack them) and may be null (not measured); a
 # number must be one the loop can write — finite, a rate in [0, 1], a log-probability in [LOGPROB_FLOOR, 0] —
 # as issue 17 asks of cost profiles, so the report never prints "-inf%" from a hand-edited or damaged line
 _OPTIONAL_FIELDS = {

@@ -11,11 +11,11 @@ import json
 from typing import Any
 
 from relaxtui.errors import UserError
-from relaxtui.evals.answers import Normal, Reader
-from relaxtui.evals.jsonshape import check_schema, same_json, violation
+from relaxtui.evals.taskfiles.answers import Normal, Reader
+from relaxtui.evals.taskfiles.jsonshape import check_schema, same_json, violation
+from relaxtui.evals.taskfiles.tomltable import Table
 from relaxtui.evals.tasks.base import Score, describe
 from relaxtui.evals.tasks.code import extract_code
-from relaxtui.evals.tomltable import Table
 
 MAX_TIMEOUT_S = 120.0
 

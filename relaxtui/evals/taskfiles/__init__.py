@@ -1,0 +1,1 @@
+"""Reading and scoring task files: the TOML reader, its data sources, prompt templates and answer readers."""
