@@ -14,7 +14,7 @@ import asyncio
 import hmac
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +38,7 @@ from relaxtui.serve.protocol import (
     parse_tokenize,
 )
 from relaxtui.serve.render import StopText
-from relaxtui.serve.scheduler import Scheduler, Ticket
+from relaxtui.serve.scheduler import Generated, Scheduler, Scored, Ticket
 
 OPEN_PATHS = ("/health", "/v1/health")
 MAX_BODY_BYTES = 4 << 20
@@ -115,7 +115,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
               on_started: Callable[[], Awaitable[None]] | None = None) -> ASGIApp:
     """The ASGI app over a scheduler (started here, closed on shutdown: drain, then free the models)."""
 
-    def pair() -> Any:
+    def pair() -> ServedPair:
         if scheduler.state != "ready" or scheduler.pair is None:
             raise scheduler.unavailable()
         return scheduler.pair
@@ -126,7 +126,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
                                  else 0, "processing": scheduler.processing, "deferred": scheduler.deferred})
         return error_response(scheduler.unavailable())
 
-    def card(served: Any) -> dict[str, Any]:
+    def card(served: ServedPair) -> dict[str, Any]:
         return {"id": served.name, "object": "model", "created": int(time.time()), "owned_by": "relaxtui",
                 "meta": {"n_ctx_slot": served.n_ctx, "n_vocab": served.n_vocab, "slots": served.verifier.n_seq,
                          "drafter": settings.defaults.speculative.draft_kind, "priced_by": scheduler.profile_name,
@@ -190,11 +190,13 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
             echo = [p if isinstance(p, str) else detokenize(served, p) for p in checked.prompts]
         if checked.scoring:
             return await _score(request, served, checked, prompts, echo)
+        profile = scheduler.profile
+        assert profile is not None  # resolved before the scheduler turns "ready" (pair() checked it)
         choices = len(prompts) * checked.n
-        ticket = Ticket(asyncio.get_running_loop(), choices, time.monotonic() + settings.timeout_s)
+        ticket: Ticket[Generated] = Ticket(asyncio.get_running_loop(), choices, time.monotonic() + settings.timeout_s)
         jobs = scheduler.jobs(checked, prompts, ticket, "messages" if chat else "prompt")
         scheduler.submit(jobs)
-        out = respond.Reply(checked, ticket, checked.model or served.name, scheduler.profile,  # type: ignore[arg-type]
+        out = respond.Reply(checked, ticket, checked.model or served.name, profile,
                                 served.token_bytes, echo,
                                 [respond.Choice(i, StopText(checked.stop)) for i in range(choices)],
                                 fingerprint=served.fingerprint)
@@ -212,7 +214,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
             if len(prompt) > served.n_ctx:
                 raise bad(where, f"the prompt has {len(prompt)} tokens but a slot holds {served.n_ctx} "
                                  "(--ctx-size): a scored prompt must fit one slot")
-        ticket = Ticket(asyncio.get_running_loop(), len(prompts), time.monotonic() + settings.timeout_s)
+        ticket: Ticket[Scored] = Ticket(asyncio.get_running_loop(), len(prompts), time.monotonic() + settings.timeout_s)
         scheduler.submit(scheduler.scoring_jobs(prompts, checked.logprobs or 0, ticket))
         return await score_reply.respond(request, score_reply.ScoreReply(
             checked, ticket, checked.model or served.name, served.fingerprint, texts, served.token_bytes,
@@ -224,7 +226,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
         return error_response(ApiError(status, message.get(status, "error"), kind="invalid_request_error"))
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         scheduler.start()
         announce = asyncio.create_task(_announce(scheduler, on_started)) if on_started is not None else None
         try:

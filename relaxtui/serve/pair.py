@@ -18,7 +18,7 @@ import numpy as np
 
 from relaxtui.costmodel.profiles import SHIPPED
 from relaxtui.decoding.drafters import Drafter, DrafterOptions, Openers, drafter_kind, make_drafter
-from relaxtui.engine.api import Model
+from relaxtui.engine.api import Model, Rows, SeqDecode
 from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
 from relaxtui.options import DRAFT_KIND
 from relaxtui.serve.body import bad
@@ -104,9 +104,15 @@ class LlamaServedPair:
         self.options = options  # threads, GPU layers, context: what this machine's cached profile is keyed by
         self.verifier = self.loaded.verifier
         self.drafter = self.loaded.drafter
-        # a standalone kind through the same factory and options as the command line's drafter (it opens no file)
-        self.kinds = KindDrafters(self.drafter, lambda kind: load_drafter(  # type: ignore[arg-type, return-value]
-            replace(options, draft_kind=kind, drafter=kind), self.verifier))
+
+        def standalone(kind: str) -> Drafter:
+            """A standalone kind through the same factory and options as the command line's drafter (it opens no
+            file)."""
+            drafter = load_drafter(replace(options, draft_kind=kind, drafter=kind), self.verifier)
+            assert drafter is not None  # load_drafter gives None only for no drafter, and this names one
+            return drafter
+
+        self.kinds = KindDrafters(self.drafter, standalone)
         self.name = self.loaded.verifier_path.name
         self.n_ctx, self.n_vocab = self.verifier.n_ctx, self.verifier.n_vocab
         self._template = chat_template(self.verifier)
@@ -198,7 +204,7 @@ class _GatedBackend(FakeBackend):
         super().__init__(*args, **kwargs)
         self.gate = gate
 
-    def decode_many(self, items):  # type: ignore[no-untyped-def]
+    def decode_many(self, items: Sequence[SeqDecode]) -> list[Rows]:
         if self.gate is not None:
             self.gate.wait(timeout=60)  # never hang a test run forever
         return super().decode_many(items)

@@ -132,6 +132,8 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_voc
         max_tokens = get_setting(body, MAX_TOKENS)
     seed = get_setting(body, SEED)
     n = get_int(body, "n", 1, MAX_N) or 1
+    messages: tuple[Message, ...]
+    prompts: tuple[str | tuple[int, ...], ...]
     if chat:
         messages, prompts = parse_messages(body.get("messages")), ()
         logprobs = parse_chat_logprobs(body)

@@ -26,7 +26,7 @@ from relaxtui.serve import render
 from relaxtui.serve.body import ApiError
 from relaxtui.serve.protocol import CompletionRequest
 from relaxtui.serve.render import Piece, StopText, Totals
-from relaxtui.serve.scheduler import Failure, Ticket
+from relaxtui.serve.scheduler import Failure, Generated, Ticket
 
 POLL_S = 0.5  # how often a waiting handler looks whether its client is still there
 PING_S = 5.0  # an idle stream sends an SSE comment this often (and so notices a client that left)
@@ -58,7 +58,7 @@ class Reply:
     """What the handler needs to shape JSON: the request, its choices, how to name tokens, the profile."""
 
     request: CompletionRequest
-    ticket: Ticket
+    ticket: Ticket[Generated]
     model: str
     profile: CostProfile
     token_bytes: Callable[[int], bytes]
@@ -114,7 +114,7 @@ class Reply:
         return render.finish_reason(choice.finished, choice.stopped_by)
 
 
-async def _next(ticket: Ticket, request: Request | None, timeout: float) -> tuple[int, Event | Failure] | None:
+async def _next(ticket: Ticket[Generated], request: Request | None, timeout: float) -> tuple[int, Generated] | None:
     """The next event, or None after ``timeout`` s; raises ApiError(499) when the client went away."""
     try:
         return await asyncio.wait_for(ticket.events.get(), timeout)
@@ -124,7 +124,7 @@ async def _next(ticket: Ticket, request: Request | None, timeout: float) -> tupl
         return None
 
 
-def _remaining(ticket: Ticket) -> float:
+def _remaining(ticket: Ticket[Generated]) -> float:
     return ticket.deadline + GRACE_S - time.monotonic()
 
 

@@ -24,7 +24,7 @@ from relaxtui.serve import render
 from relaxtui.serve.body import ApiError
 from relaxtui.serve.protocol import CompletionRequest
 from relaxtui.serve.render import Totals
-from relaxtui.serve.scheduler import Failure, Ticket
+from relaxtui.serve.scheduler import Failure, Scored, Ticket
 from relaxtui.serve.scoring import NextToken, ScoredPrompt, Top, next_token
 
 POLL_S = 0.5  # how often a waiting handler looks whether its client is still there
@@ -36,7 +36,7 @@ class ScoreReply:
     """What the handler needs to shape a scoring response."""
 
     request: CompletionRequest
-    ticket: Ticket
+    ticket: Ticket[Scored]
     model: str
     fingerprint: str
     texts: list[str]  # each prompt as echoed (a text prompt as sent, token ids detokenized)
@@ -61,7 +61,7 @@ async def respond(request: Request, out: ScoreReply) -> Response:
     return JSONResponse(body)
 
 
-async def _collect(request: Request, ticket: Ticket, count: int) -> list[ScoredPrompt]:
+async def _collect(request: Request, ticket: Ticket[Scored], count: int) -> list[ScoredPrompt]:
     """Every prompt's scores, in prompt order; a failure, a deadline or a client gone ends the wait."""
     scores: list[ScoredPrompt | None] = [None] * count
     try:

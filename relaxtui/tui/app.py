@@ -28,6 +28,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, LoadingIndicator
+from textual.worker import Worker
 
 from relaxtui.decoding.events import Metrics, TokenEvent
 from relaxtui.text import Message
@@ -83,7 +84,7 @@ class RelaxApp(App[None]):
         self.ready = False
         self.generation = 0  # the reply whose messages the UI accepts; bumped by send and new chat
         self._stop = threading.Event()  # the current reply's stop flag (each reply gets its own)
-        self._reply_worker = None  # textual Worker of the current reply
+        self._reply_worker: Worker[None] | None = None  # textual Worker of the current reply
         self._reply_settings = self.settings
         self._reply_start = 0  # index in ``events`` of the current reply's first token
         self._quitting = False
@@ -394,7 +395,8 @@ class RelaxApp(App[None]):
                 pass
         self.exit()
 
-    def action_toggle(self, selector: str) -> None:
+    async def action_toggle(self, selector: str) -> None:
+        """F3/F4: show or hide a sidebar panel (replaces DOMNode's ``toggle``, which is async: textual awaits it)."""
         self.query_one(selector).toggle_class("-hidden")
 
     def action_toggle_theme(self) -> None:

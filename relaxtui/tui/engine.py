@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,10 +32,15 @@ from relaxtui.decoding.drafters import (
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.engine.api import Model
 from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
 from relaxtui.options import DRAFT_KIND
 from relaxtui.rules import Rule, make
 from relaxtui.text import Message
+
+if TYPE_CHECKING:  # imported lazily at run time: only the real engine loads llama.cpp (--fake runs without it)
+    from relaxtui.engine.llama import LlamaModel
+    from relaxtui.session import LoadedPair, ModelOptions
 
 NO_DRAFTER = "none"
 FAKE_DRAFTER = "fake-drafter"  # the fake pair's drafter LM, as the settings panel offers it
@@ -156,7 +162,7 @@ class ChatEngine:
     ``lock`` is held by whoever uses the models (load, a reply, a drafter switch, close): two replies never
     share a KV cache, and models are never freed under a running decode."""
 
-    verifier: object
+    verifier: Model
     drafter: Drafter | None
     drafter_name: str = NO_DRAFTER
     verifier_name: str = "verifier"
@@ -201,9 +207,10 @@ class ChatEngine:
         tokens = self.prompt_tokens(messages, settings.thinking)
         drafter = self.drafter if settings.draft_max > 0 else None
         clock = self.clock()
-        extra = {"clock": clock} if clock is not None else {}
-        return generate(self.verifier, tokens, config, drafter=drafter, rule=rule,  # type: ignore[arg-type]
-                        should_stop=should_stop, **extra)
+        if clock is None:  # the loop's own timer
+            return generate(self.verifier, tokens, config, drafter=drafter, rule=rule, should_stop=should_stop)
+        return generate(self.verifier, tokens, config, drafter=drafter, rule=rule, should_stop=should_stop,
+                        clock=clock)
 
     def close(self) -> None:
         pass
@@ -212,10 +219,12 @@ class ChatEngine:
 class LlamaChatEngine(ChatEngine):
     """The real thing: a verifier and a drafter through llama.cpp (loaded in the app's worker thread)."""
 
-    def __init__(self, options) -> None:  # type: ignore[no-untyped-def]
-        self.options = options  # relaxtui.session.ModelOptions
+    verifier: LlamaModel
+
+    def __init__(self, options: ModelOptions) -> None:
+        self.options = options
         self.lock = threading.Lock()
-        self.pair = None
+        self.pair: LoadedPair | None = None
         self.drafter = None
         self.started = drafter_choice(options.draft_kind, options.drafter)  # the command line's, always offered
         self.drafter_name = self.started
@@ -300,6 +309,8 @@ class LlamaChatEngine(ChatEngine):
 
 class FakeChatEngine(ChatEngine):
     """Deterministic demo engine: a 16-word Markov 'verifier' and a noisier 'drafter' through the real loop."""
+
+    verifier: FakeBackend
 
     def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096,
                  gate: threading.Event | None = None, gate_after: int = 0, drafter: str = FAKE_DRAFTER) -> None:

@@ -148,8 +148,8 @@ def _convert(value: object, hint: object, where: str) -> object:
         if problem := utf8_problem(value):  # a JSON "\ud800" escape: taken now, it would break the next save
             raise _Invalid(f"{where} {problem}")
         return value
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
-    raise _Invalid(f"{where} must be {names.get(hint, hint)}")  # type: ignore[call-overload]
+    names: dict[object, str] = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+    raise _Invalid(f"{where} must be {names.get(hint, hint)}")
 
 
 def _dataclass(value: object, cls: type, where: str) -> object:

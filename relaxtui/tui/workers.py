@@ -65,11 +65,18 @@ class GenerationFailed(Message):
     reason: str
 
 
+def _progress(post: Post) -> Callable[[str], None]:
+    """An engine's progress lines, posted as Progress messages."""
+    def say(text: str) -> None:
+        post(Progress(text))
+    return say
+
+
 def load_models(engine: ChatEngine, post: Post) -> None:
     """Load the pair and time this machine, then list the drafters that fit the verifier."""
     try:
         with engine.lock:
-            cost = engine.load(lambda text: post(Progress(text)))
+            cost = engine.load(_progress(post))
             drafters = engine.drafter_choices()
     except UserError as exc:
         post(LoadFailed(str(exc)))
@@ -83,7 +90,7 @@ def load_models(engine: ChatEngine, post: Post) -> None:
 def switch_drafter(engine: ChatEngine, name: str, post: Post) -> None:
     try:
         with engine.lock:
-            cost = engine.set_drafter(name, lambda text: post(Progress(text)))
+            cost = engine.set_drafter(name, _progress(post))
             drafters = engine.drafter_choices()
     except Exception as exc:
         post(LoadFailed(str(exc)))

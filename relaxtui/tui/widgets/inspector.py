@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -46,7 +47,7 @@ def describe(event: TokenEvent, piece: Callable[[int], str]) -> str:
 
 
 class InspectorPanel(Vertical):
-    def __init__(self, piece: Callable[[int], str], **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, piece: Callable[[int], str], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "inspector · F4"
         self.piece = piece

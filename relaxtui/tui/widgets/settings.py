@@ -8,6 +8,7 @@ posts Applied or Closed, and the app puts the focus back on the chat input.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -79,7 +80,7 @@ class SettingsPanel(Vertical):
         """Escape: nothing applied."""
 
     def __init__(self, settings: ChatSettings, drafters: list[str], verifier: str = "",
-                 **kwargs) -> None:  # type: ignore[no-untyped-def]
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "settings · F2"
         self.settings = settings
@@ -158,7 +159,7 @@ class SettingsPanel(Vertical):
         s = self.settings
         settings = ChatSettings(
             rule=str(self.query_one("#set-rule", Select).value),
-            knob=_number(self.query_one("#set-knob", Input).value, "knob"),  # type: ignore[arg-type]
+            knob=_number(self.query_one("#set-knob", Input).value, "knob"),
             draft_max=int(number("set-draft-max", "draft length", int, s.draft_max)),
             temperature=float(number("set-temperature", "temperature", float, s.temperature)),
             top_k=int(number("set-top-k", "top-k", int, s.top_k)),

@@ -16,6 +16,7 @@ measured yet is "–", never a number that looks measured.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -91,7 +92,7 @@ class FixedLines(Widget):
 class StatsPanel(Vertical):
     """Fed token events; derives every number from the round timings they carry."""
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "statistics · F3"
         self.counters = RoundCounters(0)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.style import Style
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -47,7 +48,7 @@ class TokenView(Widget):
     class Clicked(Message):
         index: int
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tokens: list[tuple[int, TokenEvent]] = []  # (index in the conversation, event)
         self.auto_links = False  # tokens carry @click meta; without this Textual repaints them in link colours
@@ -108,7 +109,7 @@ class TokenStream(Vertical):
 
     DEFAULT_CSS = "TokenStream { height: auto; }"
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.segments: list[TokenView] = []
 
@@ -152,7 +153,7 @@ class AssistantMessage(Widget):
 
     DEFAULT_CSS = "AssistantMessage { height: auto; }"
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.thinking_view = TokenStream(classes="thinking")
         self.answer_view = TokenStream(classes="answer")
@@ -160,7 +161,7 @@ class AssistantMessage(Widget):
         self._in_think = False
         self._selected: int | None = None
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield self.thinking
         yield self.answer_view
 
@@ -176,8 +177,8 @@ class AssistantMessage(Widget):
             target = self.thinking_view if self._in_think else self.answer_view
             if THINK_CLOSE in event.text:
                 self._in_think = False
-            if target is not run_target and run:
-                run_target.extend(run)  # type: ignore[union-attr]
+            if target is not run_target and run and run_target is not None:  # a run always has its target
+                run_target.extend(run)
                 run = []
             run_target = target
             run.append((start + offset, event))
