@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from relaxtui.costmodel.profiles import SHIPPED
+from relaxtui.costmodel.profiles import SHIPPED, CostProfile
 from relaxtui.decoding.drafters import Drafter, DrafterOptions, Openers, drafter_kind, make_drafter
 from relaxtui.engine.api import Model, Rows, SeqDecode
 from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
@@ -35,6 +35,14 @@ class ServedPair(Protocol):
     n_ctx: int  # tokens per slot
     n_vocab: int
     fingerprint: str  # responses' system_fingerprint: this build and these model files
+    # how responses are priced: the loaded models and their options, measured for this machine's profile (None:
+    # nothing to measure), or a stand-in profile (the fake pair's; None for real models)
+    @property
+    def loaded(self) -> LoadedPair | None: ...
+    @property
+    def options(self) -> ModelOptions | None: ...  # threads, GPU layers, context: what the cached profile is keyed by
+    @property
+    def cost_profile(self) -> CostProfile | None: ...
 
     def drafter_for(self, kind: str) -> Drafter: ...  # the one drafter of a kind requests ask for (KindDrafters)
     def tokenizer_info(self) -> dict[str, Any]: ...  # GET /tokenizer_info (vLLM's; lm-eval's remote tokenizer)
@@ -101,7 +109,8 @@ class LlamaServedPair:
 
     def __init__(self, options: ModelOptions) -> None:
         self.loaded: LoadedPair = load_pair(options)
-        self.options = options  # threads, GPU layers, context: what this machine's cached profile is keyed by
+        self.options: ModelOptions = options
+        self.cost_profile: CostProfile | None = None  # measured for this machine (or --profile) by the scheduler
         self.verifier = self.loaded.verifier
         self.drafter = self.loaded.drafter
 
@@ -174,7 +183,9 @@ class FakeServedPair:
             DrafterOptions(kind=kind, n_seq=n_seq, n_ctx=n_ctx), self.verifier, openers))
         self.name = "fake-verifier"
         # no costs to measure: responses are priced by the idealised memory-bound profile, named as such
-        self.cost_profile = SHIPPED["memory-bound"]
+        self.cost_profile: CostProfile | None = SHIPPED["memory-bound"]
+        self.loaded: LoadedPair | None = None
+        self.options: ModelOptions | None = None
         self.n_ctx, self.n_vocab = n_ctx, vocab
         self.fingerprint = system_fingerprint(["fake", hashlib.sha256(target.tobytes() + draft.tobytes()).hexdigest()])
 

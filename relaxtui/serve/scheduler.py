@@ -176,11 +176,10 @@ class Scheduler:
         its stand-in)."""
         if self.profile_spec is not None and self.profile_spec != THIS_MACHINE:
             return load_profile(self.profile_spec)
-        loaded = getattr(pair, "loaded", None)
-        stand_in: CostProfile | None = getattr(pair, "cost_profile", None)  # the fake pair's (FakeServedPair)
-        if loaded is None and self.profile_spec is None and stand_in is not None:
-            return stand_in
-        if loaded is None:
+        loaded, options = pair.loaded, pair.options
+        if loaded is None and self.profile_spec is None and pair.cost_profile is not None:
+            return pair.cost_profile
+        if loaded is None or options is None:
             raise UserError("--profile this-machine needs real models (the fake pair has no costs to measure)")
         from relaxtui.costmodel import profile_cache
         from relaxtui.costmodel.measure import hardware_description
@@ -189,11 +188,10 @@ class Scheduler:
 
         prompt = pair.text_tokens("Write a function that checks whether a number is prime, then explain it.")
         plan = EvalPlan(draft_max=(max(1, self.settings.draft_max),), max_tokens=512)
-        options = getattr(pair, "options", None)
         key = {"verifier": profile_cache.file_identity(loaded.verifier_path),
                "drafter": profile_cache.file_identity(loaded.drafter_path), "drafter_kind": loaded.drafter_name,
-               "threads": getattr(options, "threads", None), "gpu_layers": getattr(options, "gpu_layers", None),
-               "ctx_size": getattr(options, "ctx_size", None), "draft_max": plan.draft_max,
+               "threads": options.threads, "gpu_layers": options.gpu_layers,
+               "ctx_size": options.ctx_size, "draft_max": plan.draft_max,
                "sampling": repr(plan.sampling), "hardware": hardware_description()}
 
         def measure() -> str:
