@@ -7,8 +7,10 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from relaxtui.commands.common import INT32_MAX, int_option, model_options, sampling, utf8_path, utf8_text
 from relaxtui.console import ProgressDisplay
@@ -33,6 +35,9 @@ from relaxtui.errors import UserError
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 from relaxtui.progress import StepCounter
 from relaxtui.session import chat_template, conversation_tokens, load_pair
+
+if TYPE_CHECKING:
+    from relaxtui.costmodel.parallel_bench import ParallelRun
 
 MAX_PARALLEL_KS = 32  # `--parallel K,K,...` entries
 MAX_REPEATS = 10_000  # --repeats and --passes: more is hours of timing, not a better estimate
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     params = sampling(args)
     pair = load_pair(options)
     try:
+        assert pair.drafter is not None  # --drafter none was refused above
         prompts = tokens_of(pair.verifier, source)
         with ProgressDisplay("bench", enabled=not args.json) as progress:  # a terminal's stderr only
             result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.draft_max, max_tokens=args.max_tokens,
@@ -214,7 +220,7 @@ def run_parallel(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_parallel(runs: list, settings: dict[str, object]) -> str:  # type: ignore[type-arg]
+def render_parallel(runs: list[ParallelRun], settings: dict[str, object]) -> str:
     base_k = min(r.k for r in runs)  # the ratios are against the smallest K run (K = 1 when it was asked for)
     lines = [f"{'K':>3} {'mode':>8} {'N':>2} {'tok/s (sum)':>11} {'per seq':>8} {'vs K=' + str(base_k):>7} "
              f"{'spec/alone':>10} {'accept':>7}"]
@@ -269,8 +275,8 @@ def _calibration_line(costs: dict[str, object]) -> str:
 def render(result: BenchResult, verifier: str, drafter: str) -> str:
     v = " ".join(f"{x:.2f}" for x in result.v)
     costs = result.costs
-    verify = " ".join(f"{1e3 * x:.1f}" for x in costs["verify_s"])  # type: ignore[union-attr]
-    draft = " ".join(f"{1e3 * x:.1f}" for x in costs["draft_s"])  # type: ignore[union-attr]
+    verify = " ".join(f"{1e3 * x:.1f}" for x in cast("Sequence[float]", costs["verify_s"]))  # LoopCosts' fields
+    draft = " ".join(f"{1e3 * x:.1f}" for x in cast("Sequence[float]", costs["draft_s"]))
     profile_names = list(result.runs[0].proxy_speedup) if result.runs else []
     priced = [priced_label(name[:20]) for name in profile_names]
     width = max((len(p) for p in priced), default=0)

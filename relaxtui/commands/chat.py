@@ -91,7 +91,7 @@ def resume_notice(path: Path, overrides: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from relaxtui.tui.app import RelaxApp
-    from relaxtui.tui.engine import FakeChatEngine, LlamaChatEngine
+    from relaxtui.tui.engine import ChatEngine, FakeChatEngine, LlamaChatEngine
     from relaxtui.tui.save import load_chat
 
     saved = load_chat(args.resume) if args.resume else None  # a bad file: one line, exit 2, no screen
@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     settings.validated()  # bad options fail here, before the screen opens
     if not args.fake:
         check_model_files(options)  # a missing or non-GGUF model too: one line, exit 2, no screen
+    engine: ChatEngine
     if args.fake:  # the fake pair drafts with its own LM unless the command line names none or a standalone kind
         engine = FakeChatEngine(drafter=drafter if drafter in (NO_DRAFTER, *STANDALONE_KINDS) else FAKE_DRAFTER)
         settings = replace(settings, drafter=engine.drafter_name)

@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             out.write(json.dumps({"type": "cost", "c_rel": c_rel, "peak_rss_mb": peak_rss_mb()}) + "\n")
         # the verdict line costs a few seconds of timing: for people reading a finished reply, not for scripts
         stopped = finished is None or finished.metrics.finish_reason == "stopped"
-        if not (args.json or args.quiet or stopped or auto) and config.draft_max > 0 and pair.drafter is not None:
+        if (not (args.json or args.quiet or stopped or auto) and config.draft_max > 0 and pair.drafter is not None
+                and finished is not None):  # implied by not stopped; spelled out for mypy
             line = predicted_slower(pair, tokens, config, finished.metrics)
             if line is not None:
                 print(line, file=sys.stderr)

@@ -16,6 +16,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from relaxtui.commands.common import (
     add_draft_options,
@@ -36,6 +37,11 @@ from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS
 from relaxtui.serve.protocol import VERIFIER_ALONE, Defaults, Speculative
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from relaxtui.serve.pair import ServedPair
 
 MAX_KEY_FILE_BYTES = 64 << 10
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -139,7 +145,13 @@ def url(host: str, port: int) -> str:
     return f"http://[{host.strip('[]')}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _server_class():  # type: ignore[no-untyped-def]
+class _ServerClass(Protocol):
+    """What ``_server_class`` returns: uvicorn's server class, built with a ``drain`` callback."""
+
+    def __call__(self, config: uvicorn.Config, drain: Callable[[], None] = ...) -> uvicorn.Server: ...
+
+
+def _server_class() -> _ServerClass:
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
@@ -153,7 +165,7 @@ def _server_class():  # type: ignore[no-untyped-def]
             super().__init__(config)
             self.drain = drain
 
-        def handle_exit(self, sig: int, frame: object) -> None:  # type: ignore[override]
+        def handle_exit(self, sig: int, frame: object) -> None:
             if self.should_exit:
                 self.force_exit = True
                 return
@@ -185,14 +197,14 @@ def run(args: argparse.Namespace) -> int:
     from relaxtui.serve.scheduler import STOP_GRACE_S, LoopSettings, Scheduler
 
     if args.fake:
-        def load():  # type: ignore[no-untyped-def]
+        def load() -> ServedPair:
             return FakeServedPair(args.parallel)
     else:
         from relaxtui.commands.chat import check_model_files
 
         check_model_files(options)  # a missing or non-GGUF model: one line, exit 2, before the port opens
 
-        def load():  # type: ignore[no-untyped-def]
+        def load() -> ServedPair:
             return LlamaServedPair(options)
     settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max, reuse=args.prompt_cache)
     scheduler = Scheduler(load, max_queue=args.max_queue, profile=args.profile, settings=settings)

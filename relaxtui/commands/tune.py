@@ -11,6 +11,7 @@ import sys
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from relaxtui.commands.common import (
     add_parallel_option,
@@ -59,6 +60,7 @@ from relaxtui.options import DRAFT_KIND, DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 from relaxtui.session import DRAFT_KINDS, ModelOptions
 
 TUNE_TOKENS = 512  # tune's answer budget unless --max-tokens or a smaller task budget says otherwise
+Record = dict[str, Any]  # one eval record, as ResultsStore.records() yields it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / f"tune-{task.name}"
     checks = plan_checks(args, task, out, given_tokens)  # each task loads, each folder is checked, before any model
     stop_requested = threading.Event()
-    groups: list[tuple[list, list[CostProfile]]] = []  # per drafter: its records and the profiles pricing them
+    groups: list[tuple[list[Record], list[CostProfile]]] = []  # per drafter: its records and the profiles pricing them
     drafter_runs = plan_drafters(args, task, out)
     for position, drafter_run in enumerate(drafter_runs):
         store = drafter_run.store
@@ -284,6 +286,7 @@ def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: Confi
     pair, priced by the tuned task's own profile; None when stopped."""
     from relaxtui.session import load_pair
 
+    assert setting.rule is not None  # a relaxed setting (transfer.chosen_setting), never the verifier alone
     spec = setting.rule if setting.knob is None else f"{setting.rule}:{setting.knob!r}"
     measured = drafter_run.store.directory / MEASURED_PROFILE
     carries = []
@@ -322,12 +325,12 @@ def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: Confi
     return carries
 
 
-def summarise_drafters(groups: list[tuple[list, list[CostProfile]]],  # type: ignore[type-arg]
-                       wall_clock: bool = True) -> list:  # type: ignore[type-arg]
+def summarise_drafters(groups: list[tuple[list[Record], list[CostProfile]]],
+                       wall_clock: bool = True) -> list[ConfigSummary]:
     """Each drafter's configs against its own strict runs, priced by its own profiles; the verifier-alone
     baseline (run with the first drafter) is shared by all. No measured speed-up for a --parallel run."""
     baseline = [r for r in groups[0][0] if r["config"]["rule"] is None]
-    summaries = []
+    summaries: list[ConfigSummary] = []
     for position, (records, profiles) in enumerate(groups):
         rows = records if position == 0 else [*baseline, *records]
         summaries += [s for s in summarise(rows, profiles, wall_clock=wall_clock)
@@ -335,17 +338,17 @@ def summarise_drafters(groups: list[tuple[list, list[CostProfile]]],  # type: ig
     return summaries
 
 
-def _best_strict_n(records, profile: CostProfile | None) -> int:  # type: ignore[no-untyped-def]
+def _best_strict_n(records: list[Record], profile: CostProfile | None) -> int:
     """The strict N that is fastest so far: by the profile's priced speed-up (stable), else by tokens/s; 3 when
     nothing ran."""
-    by_n: dict[int, list] = {}
+    by_n: dict[int, list[Record]] = {}
     for record in records:
         if record["config"]["rule"] == "strict":
             by_n.setdefault(record["config"]["draft_max"], []).append(record)
     if not by_n:
         return 3
 
-    def speed(rows: list) -> float:  # type: ignore[type-arg]
+    def speed(rows: list[Record]) -> float:
         if profile is not None:
             return priced_speedup(profile, rounds_of_records(rows))  # as the report prices them (`pricing`)
         seconds = sum(r["decode_s"] for r in rows)

@@ -30,7 +30,9 @@ FAKE_DRAFT_KIND = "model"  # the fake pair's own drafter: an LM over the fake dr
 
 class ServedPair(Protocol):
     name: str  # the model id /v1/models lists
-    verifier: Model
+
+    @property
+    def verifier(self) -> Model: ...  # read-only: each pair holds its own engine's Model (LlamaModel, a fake)
     drafter: Any  # the loop's drafter (the server's own kind), None for the verifier alone
     n_ctx: int  # tokens per slot
     n_vocab: int

@@ -13,8 +13,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from relaxtui.evals.analysis.report import ConfigSummary, pareto_front, profile_names
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.backend_bases import RendererBase
+    from matplotlib.text import Annotation
 
 # candidate label offsets in points, nearest first: right, above, left, below, then diagonals, then further out
 _OFFSETS = [(dx * r, dy * r) for r in (1, 2, 3, 4, 6)
@@ -24,10 +30,11 @@ _OFFSETS = [(dx * r, dy * r) for r in (1, 2, 3, 4, 6)
 def panels(summaries: Sequence[ConfigSummary]) -> list[tuple[str, dict[str, float]]]:
     """(title, {label: x}) per panel: the length-adjusted priced speed-up per profile when available, else
     the priced one; with no profile, the wall-clock speed-up."""
-    result = []
+    result: list[tuple[str, dict[str, float]]] = []
     for name in profile_names(summaries):
         adjusted = all(s.length_adjusted.get(name) is not None for s in summaries)
-        values = {s.label: (s.length_adjusted[name] if adjusted else s.proxy[name]) for s in summaries}
+        values = ({s.label: x for s in summaries if (x := s.length_adjusted.get(name)) is not None} if adjusted
+                  else {s.label: s.proxy[name] for s in summaries})
         kind = "length-adjusted priced speed-up" if adjusted else "priced speed-up"
         result.append((f"{kind}, profile {name}", values))
     if not result:
@@ -37,14 +44,14 @@ def panels(summaries: Sequence[ConfigSummary]) -> list[tuple[str, dict[str, floa
     return result
 
 
-def place_labels(axes, points: list[tuple[float, float, str]], renderer) -> list:  # type: ignore[no-untyped-def]
+def place_labels(axes: Axes, points: list[tuple[float, float, str]], renderer: RendererBase) -> list[Annotation]:
     """Annotate each point with its label at the first offset whose box overlaps no earlier label and no point
     and stays inside the axes; returns the annotations (their boxes are pairwise disjoint when some free offset
     existed)."""
     frame = axes.get_window_extent(renderer)
     inside = (frame.x0, frame.y0, frame.x1, frame.y1)
-    taken = []
-    point_boxes = []
+    taken: list[tuple[float, float, float, float]] = []
+    point_boxes: list[tuple[float, float, float, float]] = []
     for x, y, _ in points:
         px, py = axes.transData.transform((x, y))
         point_boxes.append((px - 4, py - 4, px + 4, py + 4))
@@ -94,7 +101,7 @@ def y_range(summaries: Sequence[ConfigSummary]) -> tuple[float, float]:
     return low, high
 
 
-def _style(s: ConfigSummary) -> dict[str, object]:
+def _style(s: ConfigSummary) -> dict[str, Any]:  # scatter's keyword arguments
     if s.is_baseline:
         return dict(marker="s", color="black", s=70)
     return dict(marker="*", color="tab:green", s=160) if s.is_strict else dict(marker="o", color="tab:blue", s=45)
@@ -111,8 +118,9 @@ def drift_of(s: ConfigSummary) -> tuple[float, float] | None:
     return signal.delta.mean, 0.0 if math.isnan(half) else half
 
 
-def _panel(axes, summaries: Sequence[ConfigSummary], xs: dict[str, float], title: str,  # type: ignore[no-untyped-def]
-           ys: dict[str, tuple[float, float]], ylabel: str, limits: tuple[float, float]) -> list:
+def _panel(axes: Axes, summaries: Sequence[ConfigSummary], xs: dict[str, float], title: str,
+           ys: dict[str, tuple[float, float]], ylabel: str,
+           limits: tuple[float, float]) -> list[tuple[float, float, str]]:
     """One scatter panel: each config at (x, y) with its paired interval as an error bar; returns label points."""
     placed = [s for s in summaries if xs.get(s.label) is not None and s.label in ys]
     for s in placed:
@@ -188,7 +196,7 @@ def plot(summaries: Sequence[ConfigSummary], path: Path, title: str) -> bool:
     figure.suptitle(title, fontsize=10)
     figure.tight_layout(rect=(0, 0.05, 1, 1))
     figure.canvas.draw()  # labels last: data-to-pixel transforms are final only after layout and a draw
-    renderer = figure.canvas.get_renderer()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas has it; typed as the base
     for axes, points in labelled:
         place_labels(axes, points, renderer)
     import io

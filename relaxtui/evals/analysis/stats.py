@@ -14,6 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 # two-sided 95% Student t quantiles t_{0.975, df} for df = 1..30; beyond, a Cornish-Fisher expansion
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -171,8 +172,8 @@ def geometric_mean_ratio(config: dict[PairKey, float], reference: dict[PairKey, 
     for key in shared:
         by_problem[key[0]].append(math.log(config[key] / reference[key]))
     logs = mean_interval([sum(v) / len(v) for v in by_problem.values()])
-    return MeanInterval(*(math.exp(x) if not math.isnan(x) else math.nan for x in (logs.mean, logs.low, logs.high)),
-                        logs.n, logs.sd)
+    mean, low, high = (math.exp(x) if not math.isnan(x) else math.nan for x in (logs.mean, logs.low, logs.high))
+    return MeanInterval(mean, low, high, logs.n, logs.sd)
 
 
 def says_nothing(difference: PairedDifference | MeanInterval) -> bool:
@@ -220,6 +221,6 @@ def problems_to_resolve(difference: PairedDifference, max_drop: float, *, floor:
     return high
 
 
-def pairs_of(records: Iterable[dict[str, object]], field: str) -> dict[PairKey, float]:
+def pairs_of(records: Iterable[dict[str, Any]], field: str) -> dict[PairKey, float]:
     """{(problem, seed): value of ``field``} for one config's records (booleans count as 0/1)."""
-    return {(str(r["problem_id"]), int(r["seed"])): float(r[field]) for r in records}  # type: ignore[arg-type]
+    return {(str(r["problem_id"]), int(r["seed"])): float(r[field]) for r in records}

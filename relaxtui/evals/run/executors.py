@@ -95,8 +95,10 @@ class SequentialExecutor(_Local):
                 continue
             config, rule = unit_config(plan, unit)
             drafter = self.drafter if unit.point.rule else None
+            prompt = self.prompt(unit.sample)
+            assert not isinstance(prompt, str)  # _runnable() made this unit's failed record instead
             finished = None
-            for event in generate(self.verifier, self.prompt(unit.sample), config, drafter=drafter, rule=rule,
+            for event in generate(self.verifier, prompt, config, drafter=drafter, rule=rule,
                                   should_stop=should_stop):
                 if isinstance(event, Finished):
                     finished = event
@@ -147,5 +149,5 @@ def local_executor(verifier: Model, drafter: Drafter | None,
                    tokenize: Callable[[Sample], list[int]]) -> Executor:
     """The executor for a local pair: the batched one when the verifier's context holds several sequences."""
     if verifier.n_seq > 1:
-        return ParallelExecutor(verifier, drafter, tokenize)  # type: ignore[arg-type]
+        return ParallelExecutor(verifier, drafter, tokenize)
     return SequentialExecutor(verifier, drafter, tokenize)

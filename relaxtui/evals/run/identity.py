@@ -50,7 +50,7 @@ class RunIdentity:
         batched = {"parallel": options.parallel} if options.parallel > 1 else {}
         settings = {
             **batched, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
-            "drafter": Path(options.drafter).name if model_drafter else options.draft_kind,
+            "drafter": Path(model_drafter).name if model_drafter else options.draft_kind,
             "draft_kind": options.draft_kind,
             # the n-gram sizes where the kind is built from them (its traits say so: prompt lookup)
             "ngram": [options.ngram_min, options.ngram_max] if {"ngram_min", "ngram_max"} <= set(kind.reads) else None,

@@ -14,7 +14,7 @@ from relaxtui.rules import PAPER_GRID, Rule, make, rule_class, split_spec
 @dataclass(frozen=True)
 class EvalPlan:
     rules: tuple[str, ...] = ("strict",)
-    alphas: tuple[float, ...] = ()  # empty: each rule's paper grid
+    alphas: tuple[float | None, ...] = ()  # empty: each rule's paper grid (None: a rule without a knob)
     draft_max: tuple[int, ...] = (3,)
     no_spec: bool = True
     repeats: int = 1

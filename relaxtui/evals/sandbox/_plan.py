@@ -70,7 +70,7 @@ def nproc_rlimit_binds(namespaces: tuple[str, ...]) -> bool:
     """RLIMIT_NPROC caps just this run only inside its own user namespace (per-namespace counts, Linux ≥ 5.14)
     and never binds a process whose real uid is root on the host: there the cgroup or the watchdog does it."""
     match = re.match(r"(\d+)\.(\d+)", platform.release())
-    recent = bool(match) and (int(match.group(1)), int(match.group(2))) >= (5, 14)
+    recent = match is not None and (int(match.group(1)), int(match.group(2))) >= (5, 14)
     return "user_ns" in namespaces and os.geteuid() != 0 and recent
 
 

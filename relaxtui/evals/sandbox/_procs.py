@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def kill_pids(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def kill_until_gone(find, patience_s: float = KILL_PATIENCE_S) -> int:
+def kill_until_gone(find: Callable[[], list[int]], patience_s: float = KILL_PATIENCE_S) -> int:
     """SIGKILL whatever ``find()`` lists until it lists nothing (new forks included); how many are left."""
     deadline = time.monotonic() + patience_s
     while True:

@@ -83,7 +83,7 @@ def inside_folder(table: Table, path: str, base: Path) -> None:
 def parquet_rows(path: Path) -> list[Located]:
     """The rows of a Parquet file as plain Python values, located as ``file row N``."""
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
     except ImportError:
         raise UserError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), not installed here") from None
     with open_regular(path, DATA_FILE) as stream:  # pyarrow reads the checked file, never the name again

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,11 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 def parse_toml(path: Path) -> tuple[dict[str, Any], bytes]:
     """The file's tables and bytes; any defect (missing, too big, not UTF-8, not TOML) is one line."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python 3.10
+    else:  # Python 3.10
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ImportError:
             raise UserError("task files need Python 3.11 (tomllib) or the tomli package") from None
     data = read_regular_bytes(path, MAX_FILE_BYTES, "task file")  # a FIFO or device: one line, never a hang
@@ -137,7 +138,9 @@ class TaskFile(Task):
 
     def check(self, data: Path | None = None) -> tuple[list[Sample], list[str]]:
         """Every row that loads, and one line for each row that does not (``tasks check`` lists them all)."""
-        samples, failures, seen = [], [], {}
+        samples: list[Sample] = []
+        failures: list[str] = []
+        seen: dict[str, str] = {}  # sample id -> where it first came
         for index, (where, row) in enumerate(self.rows(data)):
             try:
                 sample = self.sample(index, where, row)

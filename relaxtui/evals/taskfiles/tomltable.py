@@ -28,7 +28,8 @@ class Table:
             where = f"{where}: [{section}]"
         if not isinstance(value, dict):
             raise UserError(f"{where} must be a table, not {describe(value)}")
-        self.value, self.where, self.read = value, where, set()
+        self.value, self.where = value, where
+        self.read: set[str] = set()
 
     def error(self, key: str, what: str) -> UserError:
         return UserError(f"{self.where}: {key} {what}".replace("\n", "\\n"))

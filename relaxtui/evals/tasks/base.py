@@ -129,7 +129,10 @@ def numbered(rows: Iterable[Any], where: str) -> list[Located]:
     return [(f"{where} row {n}", as_object(row, f"{where} row {n}")) for n, row in enumerate(rows, start=1)]
 
 
-def _text_lines(stream: IO[bytes], path: Path, gzipped: bool) -> Iterable[tuple[int, bytes]]:
+DataStream = IO[bytes] | gzip.GzipFile  # a data file as opened, or gunzipped on the fly
+
+
+def _text_lines(stream: DataStream, path: Path, gzipped: bool) -> Iterable[tuple[int, bytes]]:
     """Numbered lines split as text mode splits them (``\\n``, ``\\r\\n`` and a lone ``\\r``), each bounded."""
     number = total = 0
     while chunk := stream.readline(MAX_ROW_BYTES + 1):
@@ -144,7 +147,7 @@ def _text_lines(stream: IO[bytes], path: Path, gzipped: bool) -> Iterable[tuple[
             yield number, piece
 
 
-def _jsonl(stream: IO[bytes], path: Path, gzipped: bool) -> list[Located]:
+def _jsonl(stream: DataStream, path: Path, gzipped: bool) -> list[Located]:
     rows = []
     for number, line in _text_lines(stream, path, gzipped):
         where = f"{path}:{number}"
@@ -154,7 +157,7 @@ def _jsonl(stream: IO[bytes], path: Path, gzipped: bool) -> list[Located]:
     return rows
 
 
-def _whole(stream: IO[bytes], path: Path, gzipped: bool) -> str:
+def _whole(stream: DataStream, path: Path, gzipped: bool) -> str:
     data = stream.read(MAX_GZIP_BYTES + 1)  # a whole-file format (JSON, CSV) is read into memory: bounded
     if len(data) > MAX_GZIP_BYTES:
         what = "decompresses to" if gzipped else "holds"
@@ -162,14 +165,14 @@ def _whole(stream: IO[bytes], path: Path, gzipped: bool) -> str:
     return decode_utf8(data, str(path))
 
 
-def _json_list(stream: IO[bytes], path: Path, gzipped: bool) -> list[Located]:
+def _json_list(stream: DataStream, path: Path, gzipped: bool) -> list[Located]:
     rows = parse_json(_whole(stream, path, gzipped), str(path))
     if not isinstance(rows, list):
         raise bad(str(path), f"expected a JSON list of rows, not {describe(rows)}")
     return numbered(rows, str(path))
 
 
-def _csv(stream: IO[bytes], path: Path, gzipped: bool) -> list[Located]:
+def _csv(stream: DataStream, path: Path, gzipped: bool) -> list[Located]:
     rows: list[Located] = []
     reader = csv.DictReader(io.StringIO(_whole(stream, path, gzipped), newline=""))
     try:
@@ -253,7 +256,7 @@ class Task:
     """A benchmark: load samples, parse an output, judge it."""
 
     name: ClassVar[str]
-    version: ClassVar[int]
+    version: ClassVar[int | str]  # a built-in task's number; a task file's ``N+sha:<digest>`` (taskfile.py)
     description: ClassVar[str] = ""
     max_tokens: ClassVar[int] = 4096  # a sensible default budget for this task
 

@@ -69,7 +69,7 @@ def load_hub_rows(repo: str, *, config: str | None = None, split: str = "train",
             paths = [Path(hf_hub_download(repo, name, repo_type="dataset", revision=revision, token=token,
                                           endpoint=endpoint)) for name in files]
         return [row for path in paths for row in read_rows(path)]
-    import datasets
+    import datasets  # type: ignore[import-untyped]  # datasets ships no type information
 
     with offline_unless_reachable(endpoint) as offline:
         try:

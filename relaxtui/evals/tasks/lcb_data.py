@@ -54,7 +54,7 @@ def scan_plain_pickle(data: bytes) -> None:
             raise pickle.UnpicklingError(f"more than {MAX_PICKLE_OPS} opcodes")
         if opcode.name not in PLAIN_OPCODES:
             raise pickle.UnpicklingError(f"refused opcode {opcode.name}")
-        if opcode.name in MEMO_WRITES and int(arg) >= MAX_PICKLE_OPS:
+        if opcode.name in MEMO_WRITES and isinstance(arg, int) and arg >= MAX_PICKLE_OPS:  # arg: the memo index
             raise pickle.UnpicklingError(f"memo index {arg} out of range")
 
 

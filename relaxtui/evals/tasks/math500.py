@@ -33,7 +33,7 @@ def math_equal(gold: str, predicted: str) -> bool:
     """math-verify with gold first (its argument order matters); exact string match as the cheap first try."""
     if strip_text_wrappers(gold) == predicted:
         return True
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # type: ignore[import-untyped]  # math-verify ships no type information
 
     try:
         return bool(verify(parse(f"${gold}$"), parse(f"${predicted}$")))
