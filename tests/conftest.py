@@ -1,51 +1,56 @@
-"""Shared fixtures: fake Markov models for the loop, and paths to the real test GGUFs."""
+"""Shared fixtures: fake Markov models for the loop, the tiny random GGUFs, models timed on a fake clock, and paths to
+the real test GGUFs. Helpers that tests import live in ``tests/support/``."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 
-from relaxtui.engine.fake import FakeBackend, markov_logits
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER, TEST_MODEL
 from relaxtui.models.store import models_dir
 
-VOCAB = 6
+if TYPE_CHECKING:
+    from tests.support.tiny_models import TinyModels
 
-
-def random_table(seed: int, vocab: int = VOCAB, scale: float = 1.5) -> np.ndarray:
-    """Logits of a first-order Markov LM: row = previous token."""
-    return np.random.default_rng(seed).normal(scale=scale, size=(vocab, vocab))
+# The helpers in tests/support/ assert too (fails_with, the law checks): rewritten like test modules, a failure shows
+# the values compared. That needs registering before anything imports them, so the fixtures below import them inside.
+pytest.register_assert_rewrite("tests.support")
 
 
 @pytest.fixture
 def markov_pair():
     """A verifier and a different drafter over the same 6-token vocabulary."""
+    from tests.support.markov import random_table
+
     target = random_table(1)
     draft = target + random_table(2, scale=1.0)  # correlated but not equal
     return target, draft
 
 
-def fake(table: np.ndarray, **kwargs) -> FakeBackend:
-    return FakeBackend(markov_logits(table), table.shape[1], **kwargs)
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    """The tiny GGUFs (tests/support/tiny_models.py), written once per test session."""
+    from tests.support.tiny_models import write_all
+
+    return write_all(tmp_path_factory.mktemp("tiny-models"))
 
 
-def first_token_counts(verifier, drafter, rule, sampling, vocab: int, runs: int) -> np.ndarray:
-    """How often each token came first in ``runs`` seeded runs of the loop (N = 2, three tokens): what the Monte
-    Carlo law tests compare with the exact first-token law."""
-    from relaxtui.decoding.config import GenerationConfig
-    from relaxtui.decoding.events import TokenEvent
-    from relaxtui.decoding.loop import generate
+@pytest.fixture
+def fake_pair(tmp_path):
+    """A verifier and two drafters as GGUF headers, loaded as FakeModels timed on a fake clock."""
+    from tests.support.fake_clock import FakeClock, FakeModel
+    from tests.support.gguf_files import gguf_bytes
 
-    counts = np.zeros(vocab)
-    for seed in range(runs):
-        config = GenerationConfig(draft_max=2, max_tokens=3, sampling=sampling, seed=seed)
-        first = next(e for e in generate(verifier, [0], config, drafter=drafter, rule=rule)
-                     if isinstance(e, TokenEvent))
-        counts[first.token_id] += 1
-    return counts
+    paths = []
+    for name in ("verifier.gguf", "a.gguf", "cheap.gguf"):
+        path = tmp_path / name
+        path.write_bytes(gguf_bytes({"general.architecture": "qwen2"}, vocab=8))
+        paths.append(path)
+    FakeModel.clock = FakeClock()
+    return paths
 
 
 def _model_path(name: str) -> Path:

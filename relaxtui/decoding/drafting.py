@@ -8,7 +8,7 @@ bonus asks for q at N+1 with ``extend(seq)``. The drafter keeps its own cost acc
 
 What the loops need to know about a drafter it *declares* in ``traits`` — whether its drafts carry a
 distribution, whether and at what cost it can extend a draft for the bonus, whether it needs the verifier's
-hidden states — so no caller ever asks which class it is (tests/test_drafter_interface.py checks that).
+hidden states — so no caller ever asks which class it is (tests/decoding/test_drafter_interface.py checks that).
 Kinds and their options are built in one place, ``relaxtui.decoding.drafters.make_drafter``.
 """
 

@@ -1,0 +1,259 @@
+"""One pricing, one break-even (issue 31): the same rounds priced through every face's own path give one number,
+the verifier alone prices at exactly 1, and a break-even above N + 1 is said to be unreachable everywhere."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from relaxtui.costmodel.auto import AutoChoice, slower_line
+from relaxtui.costmodel.bench import BenchResult, BenchRun, price_runs
+from relaxtui.costmodel.calibrate import LoopCosts
+from relaxtui.costmodel.pricing import BreakEven, Rounds, break_even, priced_speedup, rounds_of_metrics
+from relaxtui.costmodel.profiles import SHIPPED, CostProfile
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.events import Finished, RoundTiming, TokenEvent
+from relaxtui.decoding.loop import generate
+from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.evals.analysis.report import render_table, summarise
+from relaxtui.evals.run.results import GridPoint
+from relaxtui.evals.run.units import WorkUnit, make_record
+from relaxtui.evals.tasks.base import Sample, Score
+from relaxtui.serve.protocol import Speculative
+from relaxtui.serve.render import Totals, stats
+from tests.support.markov import VOCAB, fake, random_table
+
+EOG = 5
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0)
+# a CPU-like machine: the verify block grows 0.6 steps per token, a draft token costs 0.4 steps; drafting linear,
+# so the profile every face prices with carries these costs exactly
+COSTS = LoopCosts(verify_s=(0.010, 0.016, 0.022, 0.028), draft_s=(0.004, 0.008, 0.012), resync_extra_s=0.002,
+                  emit_s=0.0005, verifier_decode_s=0.0095, drafter_decode_s=0.0038)
+MACHINE = COSTS.profile()  # "this-machine": what bench, chat, generate, eval, tune and serve price with here
+PROFILES = [MACHINE, SHIPPED["paper-gb200"], SHIPPED["memory-bound"],
+            CostProfile("unit", "", "", "", 10.0, 2.0, {1: 10.0, 2: 14.0, 4: 20.0}, draft_round_ms=1.0,
+                        resync_ms=3.0, emit_ms=0.5)]
+
+
+def run(draft_max: int, seed: int, max_tokens: int = 30) -> tuple[list[TokenEvent], Finished]:
+    """One generation on the fake Markov pair (token 5 ends it, made rarer so some runs reach the budget)."""
+    target = random_table(1)
+    target[:, EOG] -= 2.0
+    drafter = ModelDrafter(fake(target + random_table(2, scale=0.8)), VOCAB) if draft_max else None
+    config = GenerationConfig(draft_max=draft_max, max_tokens=max_tokens, sampling=PLAIN, seed=seed)
+    events = list(generate(fake(target, eog=EOG), [0], config, drafter=drafter))
+    assert isinstance(events[-1], Finished)
+    return [e for e in events if isinstance(e, TokenEvent)], events[-1]
+
+
+def generations(draft_max: int, seeds: range = range(8)) -> list[tuple[list[TokenEvent], Finished]]:
+    runs = [run(draft_max, seed) for seed in seeds]
+    reasons = {finished.metrics.finish_reason for _, finished in runs}
+    assert reasons == {"eog", "max_tokens"}, reasons  # both endings: the end-of-generation round must be priced
+    return runs
+
+
+class _Task:
+    """The part of a task `make_record` reads."""
+
+    name, version, scored = "t", "1", True
+
+    def score(self, text: str, sample: Sample) -> Score:
+        return Score(text, True)
+
+
+def records(runs: list[tuple[list[TokenEvent], Finished]], point: GridPoint) -> list[dict]:
+    """The eval records of these generations, written as an eval run writes them."""
+    return [make_record(_Task(), WorkUnit(Sample(f"p{i}", (), None), point, point.label, 0, 0), finished)
+            for i, (_, finished) in enumerate(runs)]
+
+
+def serve_price(runs: list[tuple[list[TokenEvent], Finished]], profile: CostProfile, draft_max: int) -> float:
+    """What a response whose choices are these generations carries."""
+    totals = Totals()
+    for events, finished in runs:
+        totals.add(finished.metrics, len(events))
+    body = stats(totals, Speculative(draft_max=draft_max), profile)
+    assert body["priced_by"] == profile.name and "proxy_speedup" not in body
+    return body["priced_speedup"]
+
+
+def chat_price(events: list[TokenEvent], finished: Finished) -> float:
+    """What the chat's statistics panel prices one reply at, fed as the TUI feeds it."""
+    from relaxtui.tui.widgets.stats import StatsPanel, priced_reply
+
+    panel = StatsPanel()
+    panel.cost = COSTS
+    panel.reset(3)
+    panel.observe_many(events)
+    panel.finish(finished.metrics)
+    value = priced_reply(COSTS, panel.rounds())
+    shown = "\n".join(panel.lines()).split("(this machine)")[1].split("x")[0].strip()
+    assert shown == f"{value:.2f}"  # the panel shows that number
+    return value
+
+
+# -- one pricing -------------------------------------------------------------------------------------------------
+def test_one_set_of_rounds_prices_to_one_number_in_every_face():
+    runs = generations(3)
+    metrics = [finished.metrics for _, finished in runs]
+    expected = {p.name: priced_speedup(p, rounds_of_metrics(metrics)) for p in PROFILES}
+    assert len(set(expected.values())) == len(PROFILES)  # the profiles differ: agreement below is not a coincidence
+    predicted, priced = price_runs(MACHINE, PROFILES, metrics)  # bench: predicted, and one column per --profile
+    assert predicted == expected[MACHINE.name] and priced == expected
+    rows = records(runs, GridPoint("strict", None, 3))
+    (summary,) = summarise(rows, PROFILES)  # eval and tune (tune's advice reads these summaries)
+    assert summary.proxy == expected
+    for profile in PROFILES:  # serve: a response with these choices
+        assert serve_price(runs, profile, 3) == expected[profile.name]
+    # one reply, as chat shows it and generate judges it, against the same function on its own rounds
+    for events, finished in runs[:3]:
+        alone = priced_speedup(MACHINE, rounds_of_metrics([finished.metrics]))
+        assert chat_price(events, finished) == alone
+        assert summarise(records([(events, finished)], GridPoint("strict", None, 3)), [MACHINE])[0].proxy[
+            MACHINE.name] == alone
+        line = slower_line(COSTS, 3, finished.metrics.mean_accepted_length, rounds_of_metrics([finished.metrics]))
+        assert (line is None) == (alone >= 1.0) and (line is None or f"({alone:.2f}x" in line)
+
+
+def test_the_end_of_generation_round_is_paid_on_both_sides():
+    """A generation that ended on its end token paid a round for it; the verifier alone pays a step for it too."""
+    rounds = Rounds.of([3, 3, 1], 9, end_tokens=1)
+    cost = 3 * 0 + (20 + 6 + 1) * 2 + (14 + 2 + 1) + 9 * 0.5
+    assert priced_speedup(PROFILES[3], rounds) == pytest.approx((10 * 10 + 9 * 0.5) / cost)
+    assert rounds.verifier_alone() == Rounds({0: 10}, 9)
+    assert Rounds.of([1], 2) + Rounds.of([1, 0], 1, end_tokens=1) == Rounds({1: 2, 0: 1}, 3, end_tokens=1)
+
+
+# -- the verifier alone is 1 by construction ---------------------------------------------------------------------
+def test_the_verifier_alone_prices_at_exactly_one_in_every_face():
+    runs = generations(0)
+    metrics = [finished.metrics for _, finished in runs]
+    for m in metrics:  # whatever the ending: one round per token, plus the end token's
+        assert m.rounds == m.output_tokens + (m.finish_reason == "eog")
+        for profile in PROFILES:
+            assert priced_speedup(profile, rounds_of_metrics([m])) == 1.0
+    for profile in PROFILES:
+        assert priced_speedup(profile, rounds_of_metrics(metrics)) == 1.0
+        assert serve_price(runs, profile, 0) == 1.0
+    rows = records(runs, GridPoint(None, None, 0)) + records(generations(3), GridPoint("strict", None, 3))
+    base = next(s for s in summarise(rows, PROFILES) if s.is_baseline)
+    assert base.proxy == {p.name: 1.0 for p in PROFILES}
+    table = render_table(summarise(rows, [MACHINE]))
+    assert next(line for line in table.splitlines() if "no-spec" in line).count("1.000x") >= 2  # wall-clock, priced
+
+
+def test_old_records_without_a_finish_reason_price_as_they_always_did():
+    """A record from before ``finish_reason`` was kept counts no end token: its price does not change."""
+    row = {"config": {"draft_max": 0}, "output_tokens": 9, "rounds": 10, "draft_lengths": [0] * 10}
+    from relaxtui.costmodel.pricing import rounds_of_records
+
+    assert priced_speedup(PROFILES[3], rounds_of_records([row])) == pytest.approx(9 * 10.5 / (100 + 9 * 0.5))
+    assert priced_speedup(PROFILES[3], rounds_of_records([{**row, "finish_reason": "eog"}])) == 1.0
+
+
+# -- break-even that knows its bounds ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("steps", "reachable"), [(1.0, True), (3.99, True), (4.0, False), (5.64, False),
+                                                  (-0.5, False), (math.inf, False), (math.nan, False)])
+def test_a_break_even_past_n_plus_one_or_below_zero_is_unreachable(steps, reachable):
+    even = BreakEven(3, steps)
+    assert even.reachable is reachable and (even.length == steps if reachable else even.length is None)
+    if reachable:
+        assert even.need() == f"at N=3 it would need a mean accepted length of {steps:.2f} to break even"
+    else:
+        assert even.need().startswith("no acceptance rate makes N=3 pay on this machine")
+        assert even.below(4.0)  # every run is below a break-even it cannot reach
+
+
+def test_break_even_is_the_round_in_verifier_steps_and_named_by_its_profile():
+    assert break_even(MACHINE, 3).steps == pytest.approx((28 + 12) / 10)  # 4.0: exactly N + 1, so never
+    assert not break_even(MACHINE, 3).reachable and break_even(MACHINE, 1).steps == pytest.approx(2.0)
+    assert break_even(MACHINE, 1).length is None  # N=1 yields at most 2 tokens: matching is not paying
+    assert break_even(PROFILES[3], 3).length == pytest.approx((20 + 3 * 2 + 1) / 10)  # 2.7 < 4: reachable
+    gb200 = break_even(SHIPPED["paper-gb200"], 1)
+    assert gb200.length is None and "pay under profile paper-gb200" in gb200.need()  # 2.77 > 2
+    assert break_even(SHIPPED["paper-gb200"], 3).length == pytest.approx((30.503 + 3 * 3.929) / 12.448)
+
+
+def test_every_face_says_when_no_acceptance_rate_pays():
+    from relaxtui.commands.bench import break_even_cell
+    from relaxtui.commands.bench import slower_line as bench_line
+    from relaxtui.commands.profiles import describe
+    from relaxtui.evals.analysis.tune import recommend
+    from relaxtui.tui.widgets.stats import StatsPanel
+    from tests.support.eval_runs import summary
+
+    never = "no acceptance rate makes N=3 pay on this machine"
+    # bench: the table cell and the sentence under it
+    run_ = BenchRun(3, 10.0, 0.6, 0.62, 0.8, 3.2, 5.64, 0.02, 100, best=True)
+    assert break_even_cell(run_).strip() == "never"
+    assert break_even_cell(BenchRun(3, 10.0, 0.6, 0.62, 0.8, 3.2, 3.9, 0.02, 100)).strip() == "3.900"
+    result = BenchResult(0.05, 0.02, 0.4, [1.0], {}, 10.0, 0.02, [run_], 100.0, "model")
+    assert never in bench_line(result) and "5.64 to break even" not in bench_line(result)
+    assert result.as_dict()["runs"][0]["break_even_length"] is None
+    # generate's verdict and --draft-max auto
+    slow = Rounds.of([3] * 10, 20, end_tokens=1)
+    assert never in slower_line(COSTS, 3, 2.0, slow)
+    choice = AutoChoice(0, {0: 1.0, 3: 0.7}, (0.5,), {3: break_even(MACHINE, 3)})
+    assert never in choice.line() and "4.00 to break even" not in choice.line()
+    # tune's advice, under the profile that drives it
+    steep = CostProfile("unit", "", "", "", 10.0, 2.0, {1: 10.0, 4: 40.0})  # (40 + 6) / 10 = 4.6 > 4
+    advice = recommend([summary("no-spec", None, 1.0, 0.5), summary("strict N=3", "strict", 0.6, 0.5)],
+                       max_drop=1.0, profile=steep)
+    assert "no acceptance rate makes N=3 pay under profile unit" in "\n".join(advice.lines())
+    # chat's statistics: one short line in the sidebar
+    panel = StatsPanel()
+    panel.cost = COSTS
+    panel.reset(3)
+    for index in range(4):  # rounds of 3 drafts, one accepted each: 2 tokens a round, priced 84 / 164 ms
+        panel.counters.observe_round(RoundTiming(index, 3, 1, 0.0, 0.01, 0.0, 0.0))
+        panel.tokens += 2
+    lines = panel.lines()
+    assert f"{84 / 164:.2f}x" in lines[-2] and lines[-1] == " no acceptance rate pays at N=3" and len(lines[-1]) <= 32
+    # profiles show
+    shown = describe(SHIPPED["paper-gb200"])
+    assert "never (needs 2.766, max 2)" in shown and "no acceptance rate makes N pay" in shown
+
+
+# -- serve's this-machine profile, kept between starts -----------------------------------------------------------
+def test_this_machine_is_measured_once_then_read_back_and_an_unstable_one_is_not_kept(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from relaxtui.costmodel import profile_cache
+
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
+    measured: list[str] = []
+
+    def measure(profile: CostProfile) -> str:
+        measured.append(profile.name)
+        return profile.to_json()
+
+    key = {"verifier": ["/m/v.gguf", 10, 1], "threads": 1}
+    first = profile_cache.this_machine(key, lambda: measure(MACHINE))
+    again = profile_cache.this_machine(key, lambda: measure(MACHINE))
+    assert (first.cached, again.cached, len(measured)) == (False, True, 1) and again.profile == MACHINE
+    assert first.path == again.path and first.path.parent == tmp_path / "profiles"
+    other = profile_cache.this_machine({**key, "threads": 2}, lambda: measure(MACHINE))  # another setting: measured
+    assert not other.cached and other.path != first.path and len(measured) == 2
+    first.path.write_text("{damaged")
+    assert not profile_cache.this_machine(key, lambda: measure(MACHINE)).cached and len(measured) == 3
+    shaky = replace(MACHINE, timing_stable=False)
+    key = {**key, "threads": 3}
+    assert profile_cache.this_machine(key, lambda: measure(shaky)).profile.timing_stable is False
+    assert not profile_cache.this_machine(key, lambda: measure(shaky)).cached and len(measured) == 5  # not kept
+
+
+def test_serve_prices_with_the_profile_it_is_given(capsys):
+    from relaxtui.serve.pair import FakeServedPair
+    from relaxtui.serve.scheduler import Scheduler
+    from tests.support.cli import fails_with
+
+    for spec, name in ((None, "memory-bound:0.1"), ("paper-gb200", "paper-gb200")):  # the fake pair: no costs
+        scheduler = Scheduler(lambda: FakeServedPair(1), max_queue=1, profile=spec, log=lambda _: None)
+        scheduler.start(wait=True)
+        assert scheduler.state == "ready" and scheduler.profile_name == name
+        scheduler.close(1.0)
+    fails_with(capsys, ["serve", "--fake", "--profile", "this-machine"], "needs real models")
+    fails_with(capsys, ["serve", "--fake", "--profile", "gb300"], "unknown cost profile 'gb300'")

@@ -1,0 +1,154 @@
+"""`relaxtui tune`: the recommendation logic on hand-made summaries, and one tiny real run."""
+
+from __future__ import annotations
+
+import pytest
+
+from relaxtui.cli import main
+from relaxtui.costmodel.profiles import CostProfile
+from relaxtui.evals.analysis.report import ConfigSummary, columns, profile_names, row
+from relaxtui.evals.analysis.stats import newcombe_interval
+from relaxtui.evals.analysis.transfer import carry_over
+from relaxtui.evals.analysis.tune import recommend
+from tests.support.eval_runs import summary
+
+PROFILE = CostProfile("unit", "", "", "", 10.0, 1.0, {1: 10.0, 4: 12.0})
+
+
+def test_best_strict_first_then_relaxed_whose_paired_interval_clears_the_drop():
+    summaries = [
+        summary("no-spec", None, 1.0, 0.60),
+        summary("strict N=2", "strict", 1.10, 0.60, n=2),
+        summary("strict N=3", "strict", 1.20, 0.60),
+        summary("cactus(1) N=3", "cactus", 1.35, 0.5975, knob=1.0, losses=1),  # Δ -0.25 [-0.7, +0.2]: resolved
+        summary("mentored(0.95) N=3", "mentored", 1.50, 0.50, knob=0.95, losses=40),  # Δ -10 points
+        summary("ensemble(0.9) N=3", "ensemble", 1.15, 0.61, knob=0.9, wins=4),  # not faster than strict
+    ]
+    advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
+    assert advice.basis == "priced speed-up under cost profile 'unit'"
+    assert advice.best_strict.label == "strict N=3"
+    assert [s.label for s in advice.relaxed_winners] == ["cactus(1) N=3"]
+    assert [(u.summary.label, u.problems_needed) for u in advice.unresolved] == [("mentored(0.95) N=3", None)]
+    assert [s.label for s in advice.front] == ["ensemble(0.9) N=3", "strict N=3", "cactus(1) N=3",
+                                               "mentored(0.95) N=3"]
+    text = "\n".join(advice.lines())
+    assert "1. use strict speculation: strict N=3" in text and advice.caveat is None
+    assert "mentored(0.95) N=3 is faster" in text and "more data would not help" in text
+
+
+def test_a_close_but_wide_interval_says_how_many_problems_would_resolve_it():
+    summaries = [summary("no-spec", None, 1.0, 0.5, problems=40),
+                 summary("strict N=3", "strict", 1.2, 0.5, problems=40),
+                 summary("cactus(1) N=3", "cactus", 1.4, 0.5, problems=40, knob=1.0, wins=3, losses=3)]
+    advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
+    assert advice.relaxed_winners == []
+    (item,) = advice.unresolved
+    # Δ = 0 on 3 wins and 3 losses in 40: Newcombe's lower bound, at these proportions, first clears -2 points at n
+    cells = summaries[2].delta.cells
+    needed = item.problems_needed
+    assert newcombe_interval(cells.scaled(needed))[1] >= -0.02 > newcombe_interval(cells.scaled(needed - 1))[1]
+    assert 1400 < needed < 1600
+    assert f"about {item.problems_needed - 40} more problems ({item.problems_needed} in all)" in "\n".join(
+        advice.lines())
+
+
+def test_advice_never_asks_for_more_problems_than_the_task_has():
+    summaries = [summary("no-spec", None, 1.0, 0.5, problems=40),
+                 summary("strict N=3", "strict", 1.2, 0.5, problems=40),
+                 summary("cactus(1) N=3", "cactus", 1.4, 0.5, problems=40, knob=1.0, wins=3, losses=3)]
+    bounded = "\n".join(recommend(summaries, max_drop=2.0, profile=PROFILE, task_size=500).lines())
+    assert "the whole task (500 problems) would not resolve --max-drop 2" in bounded and "more problems" not in bounded
+    assert "lose at most 2 accuracy points" in bounded and "-2 points" not in bounded
+    assert "more problems (" in "\n".join(recommend(summaries, max_drop=2.0, profile=PROFILE, task_size=5000).lines())
+
+
+def test_a_few_tied_pairs_are_not_proof():
+    summaries = [summary("no-spec", None, 1.0, 0.0, problems=3),
+                 summary("strict N=3", "strict", 1.2, 0.0, problems=3),
+                 summary("cactus(1) N=3", "cactus", 1.5, 0.0, problems=3, knob=1.0)]
+    advice = recommend(summaries, max_drop=5.0, profile=PROFILE)
+    assert advice.relaxed_winners == [] and advice.unresolved[0].problems_needed > 3
+    assert "only 3 problems" in advice.caveat
+
+
+def test_when_strict_does_not_pay_say_so_with_the_break_even_length():
+    advice = recommend([summary("no-spec", None, 1.0, 0.5), summary("strict N=3", "strict", 0.9, 0.5)],
+                       max_drop=1.0, profile=PROFILE)
+    line = advice.lines()[1]
+    # break-even under PROFILE at N=3: (t_V(4) + 3 t_D) / t_AR = (12 + 3) / 10
+    assert line.startswith("1. speculation does not pay here") and "mean accepted length of 1.50" in line
+
+
+def test_without_a_profile_speed_is_the_wall_clock_one():
+    plain = [ConfigSummary("no-spec", None, None, 0, 5, 5, 0.5, 0.1, 1, 0, 0, 0, 1, 10.0),
+             ConfigSummary("strict N=3", "strict", None, 3, 5, 5, 0.5, 0.1, 1, 0, 0, 0.8, 3, 12.0)]
+    advice = recommend(plain, max_drop=1.0)
+    assert advice.basis.startswith("wall-clock") and advice.best_strict is None  # no wall-clock speed-up to rank
+
+
+def _table_cell(summaries, label, column):
+    """The cell the eval table shows for ``label`` under ``column``."""
+    names = profile_names(summaries)
+    line = next(row(s, names) for s in summaries if s.label == label)
+    return line[columns(names).index(column)]
+
+
+def test_advice_prints_the_tables_numbers_n_a_included():
+    """The issue's run: 4 problems, one win. The table showed n/a while the advice printed +25.0 [-54.5, +104.6]."""
+    few = [summary("no-spec", None, 1.0, 0.5, problems=4), summary("strict N=3", "strict", 1.2, 0.5, problems=4),
+           summary("cactus(1) N=3", "cactus", 1.4, 0.75, problems=4, knob=1.0, wins=1)]
+    cell = _table_cell(few, "cactus(1) N=3", "Δacc vs ref [paired 95%]")
+    text = "\n".join(recommend(few, max_drop=2.0, profile=PROFILE, task_size=8).lines())
+    assert cell == "+25.0 [n/a]" and "Δ vs strict N=3 +25.0 [n/a] on 4 pairs" in text
+    assert f"{_table_cell(few, 'cactus(1) N=3', 'priced unit')} priced unit" in text  # the same speed text too
+    assert "104.6" not in text and "unresolved: cactus(1) N=3" in text  # 4 problems never resolve
+    # enough problems for an interval: the advice's bounds are the table's, inside ±100 points
+    many = [summary("no-spec", None, 1.0, 0.5, problems=12), summary("strict N=3", "strict", 1.2, 0.5, problems=12),
+            summary("cactus(1) N=3", "cactus", 1.4, 0.75, problems=12, knob=1.0, wins=3)]
+    cell = _table_cell(many, "cactus(1) N=3", "Δacc vs ref [paired 95%]")
+    low, high = (float(x) for x in cell.split("[")[1].rstrip("]").split(","))
+    assert "n/a" not in cell and -100 <= low < 25.0 < high <= 100
+    assert f"Δ vs strict N=3 {cell} on 12 pairs" in "\n".join(recommend(many, max_drop=2.0, profile=PROFILE).lines())
+
+
+def test_a_setting_below_1x_is_never_called_faster():
+    """Strict at 0.40x and a relaxed setting at 0.44x: it beats strict, but speculation still does not pay."""
+    summaries = [summary("no-spec", None, 1.0, 0.5), summary("strict N=3", "strict", 0.40, 0.5),
+                 summary("cactus(1) N=3", "cactus", 0.44, 0.5, knob=1.0)]
+    advice = recommend(summaries, max_drop=2.0, profile=PROFILE)
+    assert advice.relaxed_winners == [] and advice.unresolved == []
+    lines = advice.lines()
+    assert lines[1].startswith("1. speculation does not pay here")
+    assert lines[2] == ("2. no relaxed setting pays either: cactus(1) N=3 (0.440x priced unit) beat strict but not "
+                        "the verifier alone (1.0x)")
+    assert not any("is faster" in line for line in lines)
+    # above 1.0x and above strict: that one is faster, and judged
+    quick = [*summaries[:2], summary("cactus(1) N=3", "cactus", 1.05, 0.5, knob=1.0)]
+    assert [s.label for s in recommend(quick, max_drop=2.0, profile=PROFILE).relaxed_winners] == ["cactus(1) N=3"]
+
+
+def test_check_never_asks_for_more_problems_than_the_task_has():
+    """`tune --check` on an 8-row task said "about 92 problems in all would settle"."""
+    strict = summary("strict N=3", "strict", 1.2, 0.5, problems=8)
+    relaxed = summary("cactus(1) N=3", "cactus", 1.4, 0.5, problems=8, knob=1.0, wins=1, losses=1)
+    bounded = carry_over("walk", [strict, relaxed], relaxed, max_drop=5, max_drift=None, profile="unit", task_size=8)
+    assert bounded.verdict == "unresolved"
+    assert "the whole task (8 problems) would not settle --max-drop 5 at this estimate" in bounded.reasons[0]
+    unbounded = carry_over("walk", [strict, relaxed], relaxed, max_drop=5, max_drift=None, profile="unit")
+    assert "problems in all would settle --max-drop 5" in unbounded.reasons[0]
+    slower = summary("cactus(1) N=3", "cactus", 0.9, 0.5, problems=8, knob=1.0)
+    weak = summary("strict N=3", "strict", 0.8, 0.5, problems=8)
+    assert carry_over("walk", [weak, slower], slower, max_drop=5, max_drift=None, profile="unit").reasons[-1] == (
+        "not faster than the verifier alone (1.0x) here: 0.90x vs strict 0.80x (priced unit)")
+
+
+@pytest.mark.model
+def test_tiny_real_tune(capsys, tmp_path, test_model_path):
+    code = main(["tune", "aime", "--limit", "2", "--max-tokens", "8", "--draft-max", "1", "2", "--rule", "cactus",
+                 "--alpha", "1", "--verifier", str(test_model_path), "--drafters", str(test_model_path),
+                 "--ctx-size", "1024", "--out", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "Pareto front:" in out and "strict N=1" in out and "cactus(1) N=" in out
+    assert "speed-up = priced speed-up under cost profile 'this-machine'" in out and "caveat: only 2 problems" in out
+    assert (tmp_path / "summary.md").exists()
