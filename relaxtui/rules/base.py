@@ -135,8 +135,9 @@ class Rule:
     def pointwise(self, p_x: float, q_x: float) -> tuple[float, tuple[tuple[str, float], ...]] | None:
         """(π_rej(x), statistic) from p(x) and q(x) alone, for a rule whose acceptance test reads nothing else: the
         support path then tests a draft without building p and q over their supports (arrays are built only for a
-        rejection's residual). The same numbers ``decide`` gives (tests/rules/test_rules.py checks every registered rule; a
-        subclass that changes its test and has no ``pointwise`` of its own gets None). None: the rule reads more."""
+        rejection's residual). The same numbers ``decide`` gives (tests/rules/test_rules.py checks every registered
+        rule; a subclass that changes its test and has no ``pointwise`` of its own gets None). None: the rule reads
+        more."""
         return None
 
     def targets(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
