@@ -90,7 +90,8 @@ def auto_draft_length(pair: LoadedPair, tokens: list[int], config: GenerationCon
         return None
     costs = calibrate(pair.verifier, pair.drafter, max_block=AUTO_MAX_DRAFT + 1, sampling=config.sampling,
                       rule=rule, context=typical_context(tokens, config.max_tokens), repeats=3, seed=config.seed)
-    probe = replace(config, draft_max=AUTO_MAX_DRAFT, max_tokens=min(PROBE_TOKENS, config.max_tokens))
+    probe = replace(config, draft_max=AUTO_MAX_DRAFT, max_tokens=min(PROBE_TOKENS, config.max_tokens),
+                    learn=False)  # the probe's output is not the answer: nothing may draft from it
     metrics = next(e.metrics for e in generate(pair.verifier, tokens, probe, drafter=pair.drafter, rule=rule)
                    if isinstance(e, Finished))
     rates = position_acceptance(metrics.per_position_reached, metrics.per_position_accepted)

@@ -206,7 +206,10 @@ def peak_rss_mb() -> float:
 
 def _run_one(verifier: LlamaModel, prompt: Sequence[int], config: GenerationConfig,
              drafter: Drafter | None) -> Metrics:
-    for event in generate(verifier, prompt, config, drafter=drafter):
+    """One generation, measured cold: its output is not handed to the drafter (``learn`` off), so a drafter that
+    learns from earlier outputs (suffix, ngram-mod, ngram-cache) never drafts one N's run from another's output of
+    the same prompt."""
+    for event in generate(verifier, prompt, replace(config, learn=False), drafter=drafter):
         if isinstance(event, Finished):
             return event.metrics
     raise RuntimeError("the loop ended without a Finished event")

@@ -44,7 +44,8 @@ def _one(verifier: Model, drafter: Drafter | None, prompts: Sequence[Sequence[in
     """Run K sequences at once; (decode wall seconds, each sequence's metrics)."""
     strict = mode == "strict"
     jobs = [Job(prompts[i % len(prompts)], GenerationConfig(draft_max=draft_max if strict else 0,
-                                                            max_tokens=max_tokens, sampling=sampling, seed=seed + i),
+                                                            max_tokens=max_tokens, sampling=sampling, seed=seed + i,
+                                                            learn=False),  # measured cold, as bench's runs
                 speculative=strict) for i in range(k)]
     started = time.perf_counter()
     metrics = [finished.metrics for _, finished in generate_many(verifier, jobs, drafter=drafter)]

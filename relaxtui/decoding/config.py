@@ -29,6 +29,9 @@ class GenerationConfig:
     reuse: ReusePolicy = "exact"  # KV reuse across calls: "exact" (same prompt only) or "longest" (chat turns)
     stop: tuple[str, ...] = ()  # stop strings: generation ends with the token whose text completes one ("stop")
     dense_rows: bool = False  # True: every rule gets whole rows (the reference the support path is checked against)
+    learn: bool = True  # hand the finished output to the drafter (suffix, ngram-mod and ngram-cache learn from it:
+    # a server's later requests, a chat's later turns); eval and bench turn it off, so that no run drafts from another
+    # run's output of the same prompt and a measurement does not depend on the order its runs went in
     logprobs: bool = False  # a consumer reads T=1 probabilities: each token's log p(x) (eval's drift) or greedy's p(x)
     # (serve's logprobs): candidate rows then carry the row's normaliser (whole rows always give it)
 

@@ -299,7 +299,7 @@ def whole_rows_again(slot: Slot) -> None:
 def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
     """The last event of a sequence: its text and docs/metrics.md metrics."""
     whole_rows_again(slot)
-    if slot.drafter is not None:
+    if slot.drafter is not None and slot.config.learn:
         slot.drafter.finished(slot.seq, slot.output)
     slot.text_parts.append(slot.decoder.flush())
     metrics = build_metrics(slot.prompt_tokens, len(slot.output), slot.counters, prefill_s=slot.prefill_s,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -220,6 +221,25 @@ def test_strict_greedy_with_the_suffix_drafter_gives_the_verifier_alone_tokens_a
     assert first.token_ids == second.token_ids == alone.token_ids
     assert first.metrics.drafted == 0  # nothing repeats in the first one
     assert second.metrics.accepted == second.metrics.drafted >= 30
+
+
+@pytest.mark.parametrize(("kind", "sizes"), [("suffix", {}), ("ngram-cache", {}),
+                                             ("ngram-mod", {"ngram_size_n": 2, "ngram_mod_n_min": 1})])
+def test_a_generation_that_does_not_learn_leaves_the_next_one_drafting_cold(kind, sizes):
+    """eval, bench and generate's probe run with ``learn`` off: the same request again drafts as the first did (no
+    corpus entry from it), so no config or N is measured drafting from another's output of the same prompt."""
+    cold = GenerationConfig(draft_max=8, max_tokens=40, sampling=GREEDY, learn=False)
+    drafter = make_drafter(DrafterOptions(kind=kind, **sizes), cycle_verifier(),
+                           Openers(model=lambda _: cycle_verifier()))
+    runs = [run(drafter, [0], cold, make("strict")) for _ in range(3)]
+    assert [(f.token_ids, f.metrics.drafted, f.metrics.accepted) for f in runs] == [
+        (runs[0].token_ids, runs[0].metrics.drafted, runs[0].metrics.accepted)] * 3
+    # learning on: the first such run drafts as cold did (nothing was learned before it); after a few, the same
+    # request drafts from them (ngram-cache's dynamic cache wants an n-gram seen 2 to 4 times before it drafts)
+    learning = [run(drafter, [0], replace(cold, learn=True), make("strict")) for _ in range(4)]
+    after = run(drafter, [0], cold, make("strict"))
+    assert learning[0].metrics.drafted == runs[0].metrics.drafted
+    assert after.metrics.accepted > runs[0].metrics.accepted
 
 
 def test_strict_greedy_through_the_batched_loop_gives_the_verifier_alone_tokens():

@@ -102,6 +102,9 @@ def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule 
     config = GenerationConfig(draft_max=unit.point.draft_max, max_tokens=plan.max_tokens, sampling=plan.sampling,
                               seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive,
                               stop=tuple(unit.sample.meta.get("stop", ())),  # a task file's stop strings
-                              dense_rows=True, logprobs=True)  # the drift signals read each token's log p(x)
-    # at T=1, which only whole rows give for every token of every rule: every config of a run on the same rows
+                              dense_rows=True, logprobs=True,  # the drift signals read each token's log p(x)
+                              # at T=1, which only whole rows give for every token of every rule: every config of a
+                              # run on the same rows
+                              learn=False)  # each unit drafted cold: no config drafts from another's output of the
+    # same problem (a learning drafter's corpus), and a run's results do not depend on the order its units ran in
     return config, rule
