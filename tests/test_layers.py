@@ -37,6 +37,16 @@ def test_decoding_sees_the_engine_only_through_its_protocol_module():
     assert {path: names for path, names in bad.items() if names} == {}
 
 
+def test_the_evals_wings_point_one_way():
+    """Task files are read by the run and by the analysis, and the run writes the analysis's signals into each record
+    (``run/units.py``); neither task files nor the analysis import the run, and task files import neither."""
+    imports = {path: names for wing in ("taskfiles", "analysis") for path, names in imports_of(f"evals/{wing}").items()}
+    bad = {path: sorted(n for n in names if n.startswith("relaxtui.evals.run")
+                        or (path.startswith("evals/taskfiles") and n.startswith("relaxtui.evals.analysis")))
+           for path, names in imports.items()}
+    assert imports and {path: names for path, names in bad.items() if names} == {}
+
+
 def test_the_scan_sees_imports_at_every_level(tmp_path):
     """The checks above would pass on an empty scan: this one proves the scan finds top-level and lazy imports."""
     found = imports_of("decoding")

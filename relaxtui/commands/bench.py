@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     result = replace(result, settings={**result.settings, "prompts_from": source.source})
     drafter_name = pair.drafter_path.name if pair.drafter_path else result.drafter_kind
     if args.save_profile is not None:
+        # why the type: ignore below: result.costs is asdict(LoopCosts), so its keys are LoopCosts' fields
         costs = LoopCosts(**result.costs)  # type: ignore[arg-type]
         profile = costs.profile(printable(platform.node()) or "this-machine",
                                 verifier=printable(pair.verifier_path.name), drafter=printable(drafter_name),
@@ -156,6 +157,8 @@ def _whole_rows_lines(result: BenchResult) -> list[str]:
     lines = ["", "candidate rows vs whole rows (the same runs on each, interleaved):",
              f"{'N':>3} {'tok/s':>7} {'whole':>7} {'ratio':>6} {'host ms':>7} {'whole':>7} {'KiB/rnd':>8} {'whole':>8}"]
     for n, tps, host, copied, whole in pairs:
+        # why the type: ignore below: ``whole`` is a run record read back from JSON (typed object); --rows both always
+        # writes these keys
         ratio = tps / whole["tokens_per_s"] if whole["tokens_per_s"] else 0.0  # type: ignore[index]
         lines.append(f"{n:>3} {tps:7.2f} {whole['tokens_per_s']:7.2f} {ratio:5.3f}x {host:7.2f} "  # type: ignore[index]
                      f"{whole['host_ms_per_round']:7.2f} {copied / 1024:8.2f} "  # type: ignore[index]
@@ -265,6 +268,7 @@ def break_even_cell(run_: BenchRun) -> str:
 
 def _calibration_line(costs: dict[str, object]) -> str:
     """How far the calibrated costs can be trusted: their widest spread, and why they are unstable if they are."""
+    # why the type: ignore below: the same (a float when the result was made by this version)
     spread = float(costs.get("spread", 0.0))  # type: ignore[arg-type]
     if costs.get("stable", True):
         return f"calibration: stable, widest spread of a part ±{spread / 2:.0%} (after warm-up and outlier rejection)"
@@ -287,6 +291,7 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         f"c_rel     {result.c_rel:.3f}",
         f"v(k)      k=1..{len(result.v)}: {v}",
         f"round costs (ms, decode + sampling + rule, calibrated): verify block k=1..: {verify}; "
+        # why the type: ignore below: the costs are LoopCosts' fields read back from the JSON result, typed object there
         f"draft n=1..: {draft}; re-sync +{1e3 * costs['resync_extra_s']:.1f}; "  # type: ignore[operator]
         f"per token {1e3 * costs['emit_s']:.2f}",  # type: ignore[operator]
         _calibration_line(costs),

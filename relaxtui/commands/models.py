@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _out(line: object = "", **kwargs: object) -> None:
     """print() for lines holding outside text (file names in ggml_models/, GGUF metadata, hub records): a byte
     that is not UTF-8 or a terminal escape is shown escaped, never a UnicodeEncodeError or a recoloured screen."""
+    # why the type: ignore below: print's overloads do not take an open **kwargs; callers pass file= or end= only
     print(terminal_text(str(line)), **kwargs)  # type: ignore[call-overload]
 
 

@@ -4,7 +4,8 @@
 ``model`` is a GGUF LM sharing the verifier's vocabulary (``relaxtui.decoding.model_drafter``, checked before use),
 ``ngram`` is prompt lookup (``relaxtui.decoding.ngram``), ``ngram-simple``, ``ngram-map``, ``ngram-map-k4v``,
 ``ngram-mod`` and ``ngram-cache`` llama.cpp's n-gram kinds (``relaxtui.decoding.ngram_map``, ``ngram_mod``,
-``ngram_cache``), ``mtp`` the verifier's own MTP head
+``ngram_cache``), ``suffix`` SuffixDecoding over the context and earlier outputs (``relaxtui.decoding.suffix``),
+``mtp`` the verifier's own MTP head
 (``relaxtui.decoding.mtp``; its layers from the verifier's GGUF, or from an MTP-only GGUF named by ``--drafter``).
 Files are opened by the ``Openers`` the caller hands in (the engine's, in ``relaxtui.session``; fakes in tests):
 ``decoding/`` loads nothing itself. A new kind is one entry in ``KINDS`` and one class behind

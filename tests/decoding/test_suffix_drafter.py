@@ -266,3 +266,27 @@ def test_the_factory_builds_it_with_its_options_and_it_declares_no_distribution(
                      suffix_corpus_outputs=4)
     assert drafter.traits.kind == "suffix" and not drafter.traits.has_distribution and not drafter.traits.can_extend
     assert drafter.settings == SuffixSettings(8, 0.5, 0.2, 64, 4)
+
+
+def test_eval_units_bench_runs_and_the_auto_probe_draft_cold_while_serve_and_chat_learn(monkeypatch):
+    """Where ``learn`` is off (a measurement: no run may draft from another's output of the same prompt) and on (a
+    server's later requests and a chat's later turns learn): each face's own config, read where it is built."""
+    from relaxtui.costmodel import bench
+    from relaxtui.evals.run.plan import EvalPlan
+    from relaxtui.evals.run.units import WorkUnit, unit_config
+    from relaxtui.evals.tasks.base import Sample
+
+    plan = EvalPlan(rules=("strict",), draft_max=(3,))
+    unit = WorkUnit(Sample("s", (), None), plan.points()[-1], "id", seed=0, repeat=0)
+    assert unit_config(plan, unit)[0].learn is False
+    seen: list[GenerationConfig] = []
+
+    def spy(verifier, prompt, config, drafter=None, rule=None):
+        seen.append(config)
+        return iter(())
+
+    monkeypatch.setattr(bench, "generate", spy)
+    with pytest.raises(RuntimeError):
+        bench._run_one(cycle_verifier(), [0], GenerationConfig(), None)
+    assert [config.learn for config in seen] == [False]
+    assert GenerationConfig().learn is True  # what serve's scheduler and the chat build their configs from

@@ -52,6 +52,8 @@ def record_signals(token_ids: Sequence[int], logprobs: Sequence[float | None] | 
     """The per-record signals from what the loop reported per emitted token: the temperature-1 log-probability
     (None where that path had no row) and the processed probability p(x). None when not available."""
     in_support = [p for p in probs if p > 0] if probs else []
+    # why the type: ignore below: ``complete`` holds only for a non-empty list of numbers (a run without log-probs
+    # records None)
     complete = bool(logprobs) and all(value is not None for value in logprobs)  # type: ignore[union-attr]
     return {
         "verifier_logprob": _mean(logprobs) if complete else None,  # type: ignore[arg-type]
@@ -74,6 +76,7 @@ class Signal:
         interval = self.delta
         bounded = interval is not None and not says_nothing(interval)
         return {"value": _finite(self.value), "delta": None if interval is None else _finite(interval.mean),
+                # why the type: ignore below: ``bounded`` is true only when ``interval`` is set
                 "ci_low": _finite(interval.low) if bounded else None,  # type: ignore[union-attr]
                 "ci_high": _finite(interval.high) if bounded else None, "pairs": self.pairs}  # type: ignore[union-attr]
 

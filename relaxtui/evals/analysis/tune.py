@@ -167,6 +167,7 @@ def judge(s: ConfigSummary, *, max_drop: float, max_drift: float | None, scored:
     """None when ``s`` is shown to stay within both bounds (accuracy if scored, drift if bounded); else what is
     open and how many problems would settle it."""
     accuracy_needed = problems_to_resolve(s.delta, max_drop / 100) if scored and s.delta is not None else None
+    # why the type: ignore below: s.delta is set for every scored config (summaries build it with the accuracy)
     accuracy_open = scored and (accuracy_needed is None or accuracy_needed > s.delta.interval.n)  # type: ignore[union-attr]
     drift_open, needed_drift = False, None
     if max_drift is not None:

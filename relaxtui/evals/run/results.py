@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from relaxtui import checks
 from relaxtui.errors import UserError
@@ -70,7 +70,7 @@ def _is_int(value: object, low: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value < INT_LIMIT
 
 
-def _is_number(value: object, low: float = 0.0) -> bool:
+def _is_number(value: object, low: float = 0.0) -> TypeGuard[float]:
     """A finite number ≥ low (an integer past INT_LIMIT counts as not finite: no float holds it exactly)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
@@ -87,11 +87,11 @@ _RECORD_FIELDS = {
 
 
 def _is_rate(value: object) -> bool:
-    return value is None or (_is_number(value) and value <= 1)  # type: ignore[operator]
+    return value is None or (_is_number(value) and value <= 1)
 
 
 def _is_logprob(value: object) -> bool:
-    return value is None or (_is_number(value, LOGPROB_FLOOR) and value <= LOGPROB_SLACK)  # type: ignore[operator]
+    return value is None or (_is_number(value, LOGPROB_FLOOR) and value <= LOGPROB_SLACK)
 
 
 # the drift signals (evals/analysis/drift.py) are optional (older records lack them) and may be null (not measured); a

@@ -105,6 +105,8 @@ class TaskFile(Task):
     def __init__(self, path: Path, name: str, version: str, description: str, data: DataSource, prompt: Prompt,
                  reader: Reader, gold_field: str | None, solution_field: str | None, id_field: str | None,
                  declared: tuple[str, ...]) -> None:
+        # why the type: ignore below: a task file sets per instance what a built-in task declares on its class (Task's
+        # ClassVars)
         self.path, self.name, self.version, self.description = path, name, version, description  # type: ignore[misc]
         self.data, self.prompt, self.reader = data, prompt, reader
         self.gold_field, self.solution_field, self.id_field = gold_field, solution_field, id_field
