@@ -12,7 +12,7 @@ from relaxtui.decoding.drafters import STANDALONE_KINDS, drafter_kind
 from relaxtui.display import knob_help
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS
 from relaxtui.rules import split_spec
-from relaxtui.session import GGUF, ModelOptions
+from relaxtui.session import GGUF, ModelOptions, drafter_options
 from relaxtui.tui.engine import FAKE_DRAFTER, NO_DRAFTER, ChatSettings, drafter_choice
 
 TYPED = "typed_options"  # the namespace attribute: {dest: the option as typed}, in the order typed
@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         check_model_files(options)  # a missing or non-GGUF model too: one line, exit 2, no screen
     engine: ChatEngine
     if args.fake:  # the fake pair drafts with its own LM unless the command line names none or a standalone kind
-        engine = FakeChatEngine(drafter=drafter if drafter in (NO_DRAFTER, *STANDALONE_KINDS) else FAKE_DRAFTER)
+        engine = FakeChatEngine(drafter=drafter if drafter in (NO_DRAFTER, *STANDALONE_KINDS) else FAKE_DRAFTER,
+                                drafting=drafter_options(options))
         settings = replace(settings, drafter=engine.drafter_name)
     else:
         engine = LlamaChatEngine(options)

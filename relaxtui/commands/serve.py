@@ -195,10 +195,11 @@ def run(args: argparse.Namespace) -> int:
     from relaxtui.serve.app import ServeSettings, build_app
     from relaxtui.serve.pair import FakeServedPair, LlamaServedPair
     from relaxtui.serve.scheduler import STOP_GRACE_S, LoopSettings, Scheduler
+    from relaxtui.session import drafter_options
 
     if args.fake:
         def load() -> ServedPair:
-            return FakeServedPair(args.parallel)
+            return FakeServedPair(args.parallel, drafting=drafter_options(options))
     else:
         from relaxtui.commands.chat import check_model_files
 

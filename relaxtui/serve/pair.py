@@ -164,8 +164,11 @@ class FakeServedPair:
     the machine's speed)."""
 
     def __init__(self, n_seq: int = 1, *, seed: int = 7, n_ctx: int = 4096, delay_s: float = 0.0,
-                 gate: threading.Event | None = None, tables: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """``tables``: the verifier's and drafter's Markov logits (row = previous token) instead of the demo's."""
+                 gate: threading.Event | None = None, tables: tuple[np.ndarray, np.ndarray] | None = None,
+                 drafting: DrafterOptions | None = None) -> None:
+        """``tables``: the verifier's and drafter's Markov logits (row = previous token) instead of the demo's;
+        ``drafting``: the command line's drafter settings (n-gram sizes, suffix's), which every kind it builds gets."""
+        drafting = replace(drafting or DrafterOptions(), n_seq=n_seq, n_ctx=n_ctx)
         target, draft = tables if tables is not None else demo_tables(seed)
         vocab = target.shape[1]
         pieces = [w.encode() for w in FAKE_WORDS[:vocab]]
@@ -179,10 +182,9 @@ class FakeServedPair:
         self.tables = (target, draft)
         self._draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx, n_seq=n_seq)
         openers = Openers(model=lambda _: self._draft_model)
-        self.drafter = make_drafter(DrafterOptions(kind=FAKE_DRAFT_KIND, n_seq=n_seq, n_ctx=n_ctx), self.verifier,
-                                    openers)
-        self.kinds = KindDrafters(self.drafter, lambda kind: make_drafter(
-            DrafterOptions(kind=kind, n_seq=n_seq, n_ctx=n_ctx), self.verifier, openers))
+        self.drafter = make_drafter(replace(drafting, kind=FAKE_DRAFT_KIND), self.verifier, openers)
+        self.kinds = KindDrafters(self.drafter, lambda kind: make_drafter(replace(drafting, kind=kind), self.verifier,
+                                                                          openers))
         self.name = "fake-verifier"
         # no costs to measure: responses are priced by the idealised memory-bound profile, named as such
         self.cost_profile: CostProfile | None = SHIPPED["memory-bound"]

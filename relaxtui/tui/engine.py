@@ -313,10 +313,13 @@ class FakeChatEngine(ChatEngine):
     verifier: FakeBackend
 
     def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096,
-                 gate: threading.Event | None = None, gate_after: int = 0, drafter: str = FAKE_DRAFTER) -> None:
+                 gate: threading.Event | None = None, gate_after: int = 0, drafter: str = FAKE_DRAFTER,
+                 drafting: DrafterOptions | None = None) -> None:
         """``delay_s`` slows every verifier step; ``gate`` holds the verifier's ``gate_after``-th step until it is
         set, so a test can act "during a reply" without racing the machine's speed; ``drafter``: the choice it
-        starts with (the fake drafter LM, a standalone kind, or none)."""
+        starts with (the fake drafter LM, a standalone kind, or none); ``drafting``: the command line's drafter
+        settings (n-gram sizes, suffix's), which every kind it builds gets."""
+        self.drafting = drafting or DrafterOptions()
         vocab = len(FAKE_WORDS)
         target, draft = demo_tables(seed)
         pieces = [w.encode() for w in FAKE_WORDS]
@@ -346,7 +349,8 @@ class FakeChatEngine(ChatEngine):
 
     def _fake(self, kind: str) -> Drafter:
         """A drafter of ``kind`` built by the real factory around the fake draft model."""
-        return make_drafter(DrafterOptions(kind=kind), self.verifier, Openers(model=lambda _: self._draft_model))
+        return make_drafter(replace(self.drafting, kind=kind), self.verifier,
+                            Openers(model=lambda _: self._draft_model))
 
     def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
         kind = choice_kind(name)

@@ -351,3 +351,17 @@ def test_tune_lists_kinds_beside_model_files_each_in_its_own_folder(tmp_path, te
         ("ngram-simple", "ngram-simple", None), ("suffix", "suffix", None),
         (test_model_path.stem, "model", str(test_model_path))]
     assert [run.identity.settings["drafter"] for run in runs] == ["ngram-simple", "suffix", test_model_path.name]
+
+
+def test_the_fake_pairs_of_chat_and_serve_build_every_kind_with_the_command_lines_settings():
+    from relaxtui.decoding.drafters import DrafterOptions
+    from relaxtui.serve.pair import FakeServedPair
+    from relaxtui.tui.engine import FakeChatEngine
+
+    drafting = DrafterOptions(ngram_size_n=5, ngram_size_m=9, ngram_mod_n_min=4, suffix_depth=7)
+    chat = FakeChatEngine(drafter="ngram-mod", drafting=drafting)
+    served = FakeServedPair(2, drafting=drafting)
+    for drafter in (chat.drafter, served.drafter_for("ngram-mod")):
+        assert (drafter.traits.kind, drafter.size_n, drafter.size_m, drafter.n_min) == ("ngram-mod", 5, 9, 4)
+    chat.set_drafter("suffix", lambda text: None)
+    assert chat.drafter.settings.depth == served.drafter_for("suffix").settings.depth == 7
