@@ -74,7 +74,7 @@ def raw(url: str, method: str, path: str, body: bytes | str | dict | None = None
 SLOW_FAKE = """import sys
 import relaxtui.serve.pair as pair
 delay, base = float(sys.argv.pop(1)), pair.FakeServedPair
-pair.FakeServedPair = lambda n: base(n, delay_s=delay)
+pair.FakeServedPair = lambda n, **options: base(n, delay_s=delay, **options)
 from relaxtui.serve.scheduler import STOP_GRACE_S
 from relaxtui.cli import main
 sys.exit(main(sys.argv[1:]))
