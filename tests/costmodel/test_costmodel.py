@@ -168,7 +168,9 @@ def test_short_real_bench_produces_every_field(capsys, tmp_path, test_model_path
     assert sorted(profile.verify_ms) == [1, 2, 3] and profile.verifier_ar_ms > 0 and profile.drafter_ms >= 0
     for run in result["runs"]:
         assert set(run["proxy_speedup"]) == {"paper-gb200", "memory-bound:0.2"}
-        assert run["predicted_speedup"] > 0 and run["break_even_steps"] > 1
+        # a round costs a positive number of verifier steps; more than 1 only on a quiet machine (a busy one can
+        # time the N+1 block under the single step), so the test does not ask it
+        assert run["predicted_speedup"] > 0 and run["break_even_steps"] > 0
         assert run["break_even_length"] is None or run["break_even_length"] == run["break_even_steps"] < run["n"] + 1
     assert result["c_rel"] > 0 and len(result["v"]) == 3 and result["v"][0] == 1.0
     assert result["baseline_tokens_per_s"] > 0 and result["peak_rss_mb"] > 0
