@@ -28,7 +28,7 @@ from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.costmodel.measure import hardware_description, printable
 from relaxtui.costmodel.profiles import load_profile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE
-from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.config import DRAFT_CUTS, GenerationConfig
 from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
@@ -74,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", type=k_list, default=None, dest="parallel_ks", metavar="K,K,...",
                         help="instead: summed and per-sequence tokens/s with K sequences per context, the verifier "
                              "alone and strict at the best N (--ctx-size is per sequence)")
+    parser.add_argument("--draft-cut", choices=DRAFT_CUTS, default="auto",
+                        help="priced: each round verifies only the part of its draft that pays at this machine's "
+                             "v(k) (measured first), N being the longest; none: every draft whole; auto: priced for "
+                             "a drafter that runs no model (docs/method.md#priced-drafts)")
     parser.set_defaults(draft_p_min=0.0)
 
 
@@ -113,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         with ProgressDisplay("bench", enabled=not args.json) as progress:  # a terminal's stderr only
             result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.draft_max, max_tokens=args.max_tokens,
                                sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
-                               profiles=profiles, rows=args.rows, progress=progress.step)
+                               profiles=profiles, rows=args.rows, draft_cut=args.draft_cut,
+                               progress=progress.step)
     finally:
         pair.close()
     result = replace(result, settings={**result.settings, "prompts_from": source.source})

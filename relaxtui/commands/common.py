@@ -21,7 +21,7 @@ from pathlib import Path
 from relaxtui import checks, options
 from relaxtui.checks import INT32_MAX, utf8_problem
 from relaxtui.checks import quoted as _quoted
-from relaxtui.decoding.config import BONUS_POLICIES, GenerationConfig
+from relaxtui.decoding.config import BONUS_POLICIES, DRAFT_CUTS, GenerationConfig
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
@@ -147,6 +147,11 @@ def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = Tr
     for setting in (options.DRAFT_MIN, options.DRAFT_P_MIN):
         setting.add(group)
     group.add_argument("--draft-adapt", action="store_true", help="grow/shrink N from recent acceptance")
+    group.add_argument("--draft-cut", choices=DRAFT_CUTS, default="auto",
+                       help="priced: verify only the part of each draft that pays for its verify width on this "
+                            "machine (its verify costs measured once, cached); none: every draft whole; auto: priced "
+                            "for a drafter that runs no model (n-gram, suffix), none for a model or MTP drafter "
+                            "(docs/method.md#priced-drafts)")
     group.add_argument("--bonus", choices=BONUS_POLICIES, default="auto",
                        help="bonus token from p (target), the rule's target at N+1 (relaxed), or the rule's policy")
 
@@ -205,5 +210,5 @@ def generation_config(args: argparse.Namespace, *, draft_max: int | None = None,
     return GenerationConfig(
         draft_max=args.draft_max if draft_max is None else draft_max, max_tokens=args.max_tokens,
         sampling=sampling(args), seed=args.seed if seed is None else seed, top_alternatives=top_alternatives,
-        bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt,
+        bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt, draft_cut=args.draft_cut,
     )

@@ -25,6 +25,7 @@ from relaxtui.commands.common import (
 )
 from relaxtui.console import ProgressDisplay
 from relaxtui.costmodel.profiles import CostProfile, load_profile
+from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
 from relaxtui.evals.analysis.report import (
@@ -117,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--ray-actors goes with --ray (got --ray-actors {args.ray_actors} alone)")
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
-                    sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
+                    sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt,
+                    draft_cut=args.draft_cut)
     if plan.has_spec:
         refuse_rules_without_logits(args.rule, args.draft_kind)  # a kind's traits, before any model loads
     samples = task.load(args.data)[: args.limit]
@@ -220,7 +222,8 @@ def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPla
         print(MEASURING, file=sys.stderr, flush=True)
         return measure_profile(pair, plan, tokenize(samples[0]))
 
-    return OpenedExecutor(local_executor(pair.verifier, pair.drafter, tokenize), measure_here, pair.close)
+    price = pricer(pair, options, log=lambda line: print(line, file=sys.stderr, flush=True))
+    return OpenedExecutor(local_executor(pair.verifier, pair.drafter, tokenize, price), measure_here, pair.close)
 
 
 def profile_covers(path: Path, plan: EvalPlan) -> bool:

@@ -10,11 +10,12 @@ import threading
 from dataclasses import replace
 
 from relaxtui import console
-from relaxtui.commands.common import cli_rule, generation_config, model_options
+from relaxtui.commands.common import cli_rule, generation_config, model_options, refuse_rules_without_logits
 from relaxtui.costmodel.auto import AutoChoice, choose_draft_length, position_acceptance, slower_line
 from relaxtui.costmodel.bench import peak_rss_mb
 from relaxtui.costmodel.calibrate import calibrate, typical_context
 from relaxtui.costmodel.pricing import rounds_of_metrics
+from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import generate
@@ -27,6 +28,8 @@ PROBE_TOKENS = 48  # tokens of the acceptance estimate
 
 def run(args: argparse.Namespace) -> int:
     rule = cli_rule(args.rule, args.alpha, args.temperature)
+    if not args.no_spec:
+        refuse_rules_without_logits([args.rule], args.draft_kind)  # a kind's traits, before any model loads
     auto = args.draft_max == "auto"
     config = generation_config(args, draft_max=AUTO_MAX_DRAFT if auto else None)  # validates the other options
     options = model_options(args, speculative=not args.no_spec)
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
             choice = auto_draft_length(pair, tokens, config, rule)
             print(choice.line() if choice is not None else "--draft-max auto: 0 (no drafter)", file=sys.stderr)
             config = replace(config, draft_max=choice.draft_max if choice is not None else 0)
+        config = pricer(pair, options, log=lambda line: print(line, file=sys.stderr))(config, pair.drafter)
         c_rel = None
         if args.measure_c_rel and pair.drafter is not None and pair.drafter.traits.holds_model:
             from relaxtui.costmodel.measure import measure_c_rel

@@ -35,6 +35,7 @@ from relaxtui.commands.eval import (
 )
 from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile
+from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.decoding.drafters import STANDALONE_KINDS
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
@@ -183,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
         try:
             tokenize = sample_tokenizer(pair.verifier)
+            price = pricer(pair, drafter_run.options, log=lambda line: print(line, file=sys.stderr, flush=True))
             for line in (store.open_run(drafter_run.identity, run_environment(task)),
                          store.read().skipped_line(store.path)):
                 if line:
@@ -192,14 +194,14 @@ def run(args: argparse.Namespace) -> int:
             drafter_profiles = profiles_for_report(args.profile, store.directory)
             run_eval(task, samples, replace(strict, no_spec=position == 0), drafter_run.identity, store,
                      pair.verifier, pair.drafter, tokenize, on_sample=progress.update,
-                     should_stop=stop_requested.is_set)
+                     should_stop=stop_requested.is_set, price=price)
             relaxed_n = args.relaxed_n or _best_strict_n(list(store.records()),
                                                          drafter_profiles[0] if drafter_profiles else None)
             for rule, rule_knobs in knobs.items():
                 plan = EvalPlan(rules=(rule,), alphas=rule_knobs, draft_max=(relaxed_n,), no_spec=False,
                                 repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
                 run_eval(task, samples, plan, drafter_run.identity, store, pair.verifier, pair.drafter, tokenize,
-                         on_sample=progress.update, should_stop=stop_requested.is_set)
+                         on_sample=progress.update, should_stop=stop_requested.is_set, price=price)
         finally:
             signal.signal(signal.SIGINT, previous)
             progress.close()
@@ -295,6 +297,7 @@ def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: Confi
     previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
     try:
         tokenize = sample_tokenizer(pair.verifier)
+        price = pricer(pair, drafter_run.options, log=lambda line: print(line, file=sys.stderr, flush=True))
         for check in checks:
             plan = EvalPlan(rules=("strict", spec), draft_max=(setting.draft_max,), no_spec=True,
                             repeats=args.repeats, seed=args.seed, max_tokens=check.max_tokens, sampling=sampling(args))
@@ -305,7 +308,7 @@ def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: Confi
                 shutil.copyfile(measured, folder / MEASURED_PROFILE)  # one price list for every task checked
             save_measured_profile(store, pair, plan, tokenize(check.samples[0]))
             run_eval(check.task, check.samples, plan, identity, store, pair.verifier, pair.drafter, tokenize,
-                     on_sample=progress.update, should_stop=stop_requested.is_set)
+                     on_sample=progress.update, should_stop=stop_requested.is_set, price=price)
             if stop_requested.is_set():
                 print(f"stopped; results so far are in {folder} (run the same command to resume)", file=sys.stderr)
                 return None

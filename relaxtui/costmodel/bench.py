@@ -27,6 +27,7 @@ from relaxtui.costmodel.pricing import BreakEven, break_even, priced_ms, priced_
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE, check_runs, wall_vs_predicted_problem
 from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.draft_cut import cuts_drafts
 from relaxtui.decoding.drafting import Drafter
 from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import generate
@@ -278,9 +279,11 @@ def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
 def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence[int]], *, n_max: int = 5,
               max_tokens: int = 96, sampling: SamplingParams | None = None, seed: int = 0, repeats: int = 8,
               passes: int = 2, profiles: Sequence[CostProfile] = (), rows: str = "candidates",
-              progress: OnStep = no_steps) -> BenchResult:
+              draft_cut: str = "auto", progress: OnStep = no_steps) -> BenchResult:
     """``rows``: "candidates" (the engine hands the top k where the sampling and rule allow: the loop's default),
     "whole" (every row whole, the reference), or "both" (each N run on each, interleaved: the side-by-side).
+    ``draft_cut``: priced drafting (``GenerationConfig.draft_cut``) priced by the v(k) this bench measures first;
+    where it cuts, each N is the longest draft a round may verify.
     ``progress`` gets each step as it starts (the curve, the warm-up, every calibration and run, every re-run)."""
     sampling = sampling or SamplingParams(temperature=0.0)
     whole_rows = rows == "whole"
@@ -288,6 +291,8 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     steps = StepCounter(2 + passes * len(prompts) * per_prompt, progress)
     steps.start("timing the raw verify-cost curve v(k)")
     curve = verify_curve(verifier, n_max + 1, repeats=max(3, repeats // 2))
+    priced = cuts_drafts(draft_cut, drafter.traits.holds_model)
+    policy, prices = ("priced", tuple(curve)) if priced else ("none", ())
     steps.start("warm-up")
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=0, max_tokens=8, sampling=sampling), None)
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=min(2, n_max), max_tokens=8, sampling=sampling),
@@ -305,7 +310,7 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
                                           seed=seed + pass_index, whole_rows=whole_rows))
             for n in lengths:
                 config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
-                                          dense_rows=whole_rows)
+                                          dense_rows=whole_rows, draft_cut=policy, verify_prices=prices)
                 steps.start(f"{where}: {f'N={n}' if n else 'verifier alone'}")
                 collected[n].append(_run_one(verifier, prompt, config, drafter if n else None))
                 if rows == "both":
@@ -319,7 +324,7 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
         steps.start(f"re-running {f'N={n}' if n else 'the verifier alone'}, prompt {index % len(prompts) + 1} "
                     "(its time was off the others')")
         config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
-                                  dense_rows=whole_rows)
+                                  dense_rows=whole_rows, draft_cut=policy, verify_prices=prices)
         return _run_one(verifier, prompts[index % len(prompts)], config, drafter if n else None)
 
     check = check_runs(collected, lambda runs: predicted_seconds(costs, runs), rerun, steps.say)
@@ -345,7 +350,8 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     return BenchResult(costs.verifier_decode_s, costs.drafter_decode_s, costs.c_rel, curve, asdict(costs),
                        base_tps, base_share, runs, peak_rss_mb(), drafter.traits.kind,
                        {"prompts": len(prompts), "passes": passes, "max_tokens": max_tokens,
-                        "temperature": sampling.temperature, "seed": seed, "rows": rows},
+                        "temperature": sampling.temperature, "seed": seed, "rows": rows,
+                        "draft_cut": policy},
                        baseline_stable=base_reason is None, baseline_unstable_reason=base_reason, best_note=best_note,
                        baseline_host_ms_per_round=host_costs(kept[0])[0],
                        baseline_copied_bytes_per_round=host_costs(kept[0])[1],

@@ -23,7 +23,7 @@ import numpy as np
 
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import Candidates, SamplingParams, scatter
-from relaxtui.engine.api import Rows
+from relaxtui.engine.api import Rows, as_rows
 from relaxtui.errors import UserError
 
 
@@ -89,6 +89,18 @@ class Draft:
         if self.probs is not None:
             return self.probs
         return scatter(self.q, vocab) if self.q else np.empty((0, vocab))
+
+    def first(self, n: int) -> Draft:
+        """Its first ``n`` tokens, with their distributions and rows (priced drafting verifies only those)."""
+        return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n],
+                     None if self.logits is None else self.logits[:n], self.seconds, self.extra, self.q[:n])
+
+    def row(self, position: int, vocab: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(q, raw logits or None) at ``position`` (0-based): what ``Drafter.extend`` would hand for a draft cut
+        to ``position`` tokens, read from this longer one."""
+        q = self.probs[position] if self.probs is not None else scatter(self.q[position:position + 1], vocab)[0]
+        raw = as_rows(self.logits)[position].vocab_logits() if self.logits is not None else None
+        return q, raw
 
 
 class Drafter(Protocol):

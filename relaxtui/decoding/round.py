@@ -30,6 +30,7 @@ import numpy as np
 from relaxtui.decoding.acceptance import Acceptance, DraftStep, Emitted, accept_draft, row_spec
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
+from relaxtui.decoding.draft_cut import KeepOdds, cuts_drafts
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
 from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
@@ -98,6 +99,8 @@ class Slot:
     stop_tail: str = ""  # the end of the text, long enough to find a stop string that spans tokens
     saved: object | None = None  # this round: the verifier's state before the verify batch, when its drafts are
     # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
+    odds: KeepOdds | None = None  # priced drafting (``draft_cut``): how this sequence's drafts fared; None: off
+    proposal: Draft | None = None  # this round: the drafter's whole proposal, when the price cut it shorter
 
     @cached_property
     def acceptance(self) -> Acceptance:
@@ -156,16 +159,18 @@ def open_slot(verifier: Model, seq: int, prompt: Sequence[int], config: Generati
         verifier.set_candidates(seq, None)  # no generation runs on them: whole rows again
         raise
     now = clock()
+    priced = drafter is not None and draft_max > 0 and len(config.verify_prices) > 1 and \
+        cuts_drafts(config.draft_cut, drafter.traits.holds_model)
     return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
                 DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
                 prefill_s=now - started, prefill_decoded=decoded, started=now,
                 llama_before=llama_seconds(verifier, drafter), copied_before=copied_bytes(verifier, drafter),
-                finish=None if prefilled else "stopped")
+                finish=None if prefilled else "stopped", odds=KeepOdds() if priced else None)
 
 
 def plan(slot: Slot) -> bool:
     """Room and N for this round; False (finish "context") when not even `last` fits."""
-    slot.draft = None
+    slot.draft = slot.proposal = None
     slot.base = len(slot.verifier.tokens_of(slot.seq))  # = len(context) - 1: everything but `last` is cached
     room = slot.verifier.n_ctx - slot.base - 1  # draft tokens that still fit after `last`
     if room < 0:
@@ -177,7 +182,8 @@ def plan(slot: Slot) -> bool:
 
 def draft_all(slots: Sequence[Slot]) -> None:
     """Step 1: one call per drafter for every slot that drafts with it (a model drafter batches them, one row per
-    sequence per draft step). Drafts shorter than --draft-min are dropped (too short to pay for themselves)."""
+    sequence per draft step). Drafts shorter than --draft-min are dropped (too short to pay for themselves); with
+    priced drafting, each is cut to the prefix that pays for its verify width (``draft_cut``)."""
     groups: dict[int, tuple[Drafter, list[Slot]]] = {}
     for slot in slots:
         if slot.drafter is not None and slot.n > 0:
@@ -188,8 +194,20 @@ def draft_all(slots: Sequence[Slot]) -> None:
         for slot, draft in zip(drafting, drafter.draft(requests), strict=True):
             if draft.tokens and len(draft.tokens) >= slot.config.draft_min:
                 slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
+            if slot.odds is not None:  # priced drafting: every proposed token is an outcome, verified or not
+                slot.proposal = slot.draft or draft
+                slot.draft = _cut(slot.odds, slot.draft, slot.config.verify_prices)
     for slot in slots:
         _checkpoint(slot)
+
+
+def _cut(odds: KeepOdds, draft: Draft | None, prices: Sequence[float]) -> Draft | None:
+    """Priced drafting: the prefix of the draft that this machine's verify prices say pays (None: a plain verifier
+    step)."""
+    if draft is None:
+        return None
+    n = odds.cut(len(draft.tokens), prices)
+    return draft if n == len(draft.tokens) else draft.first(n) if n else None
 
 
 def _whole_rows(slot: Slot) -> bool:
@@ -218,6 +236,8 @@ def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     drafter = slot.drafter
     emitted = accept_draft(slot.draft, target_logits, slot.acceptance, slot.accept_rng, _bonus_step(slot))
     n_accepted = len(emitted) - 1
+    if slot.odds is not None:
+        slot.odds.observe(slot.proposal.tokens if slot.proposal is not None else (), [e.token_id for e in emitted])
     slot.round_logprobs = [item.logp_x for item in emitted]  # from the rows the rule already read
     _keep(slot, slot.base + 1 + n_accepted)
     if drafter is not None:
@@ -243,6 +263,9 @@ def _bonus_step(slot: Slot) -> DraftStep | None:
     drafter = slot.drafter
     if drafter is None or drafter.traits.bonus_steps is None:
         return None
+    proposal, drafted = slot.proposal, len(slot.draft_tokens)
+    if proposal is not None and len(proposal.tokens) > drafted:  # priced drafting cut it: q at N+1 is the proposal's
+        return lambda: proposal.row(drafted, slot.verifier.n_vocab)
     steps = drafter.traits.bonus_steps
 
     def step() -> tuple[np.ndarray, np.ndarray | None]:

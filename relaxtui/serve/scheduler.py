@@ -27,6 +27,7 @@ from typing import Generic, TypeVar
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, load_profile
 from relaxtui.decoding.batched import Job
 from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.draft_cut import Pricer, unpriced
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import SamplingParams
@@ -72,6 +73,7 @@ class LoopSettings:
     draft_max: int = 3  # the server's N: the longest block a this-machine profile is measured for
     reuse: ReusePolicy = "longest"  # prompt cache: keep (or copy from another slot) the longest common prefix, as
     # llama-server does; "exact": only a whole repeated prompt, so outputs never depend on what ran before
+    draft_cut: str = "auto"  # priced drafting (docs/method.md#priced-drafts): every request's drafts
 
 
 class Ticket(Generic[D]):
@@ -127,6 +129,7 @@ class Scheduler:
         self.error: str | None = None
         self.pair: ServedPair | None = None
         self.profile: CostProfile | None = None
+        self.price: Pricer = unpriced  # each request's config with the verify prices its drafts are cut by
         self.executor: BatchedExecutor | None = None
         self.metrics = ServerMetrics()
         self.ready = threading.Event()  # set once loaded, or failed
@@ -145,6 +148,7 @@ class Scheduler:
             pair = self._load()
             try:
                 self.profile = self._resolve_profile(pair)
+                self.price = self._pricer(pair)
             except BaseException:
                 pair.close()
                 raise
@@ -169,6 +173,18 @@ class Scheduler:
     def profile_name(self) -> str | None:
         """The name of the profile that prices responses (None until the models are loaded)."""
         return None if self.profile is None else self.profile.name
+
+    def _pricer(self, pair: ServedPair) -> Pricer:
+        """How requests' drafts are priced: by this machine's verify costs, measured now (or read from the cache)
+        for the server's N and at least 8, so the first request waits for nothing; the fake pair's are never cut."""
+        loaded, options = pair.loaded, pair.options
+        if loaded is None or options is None or self.settings.draft_cut == "none":
+            return unpriced
+        from relaxtui.costmodel.verify_prices import PREFETCHED_DRAFT, pricer, verify_prices
+
+        verify_prices(loaded, max(self.settings.draft_max, PREFETCHED_DRAFT) + 1, threads=options.threads,
+                      gpu_layers=options.gpu_layers, log=self.log)
+        return pricer(loaded, options, log=self.log)
 
     def _resolve_profile(self, pair: ServedPair) -> CostProfile:
         """The profile that prices responses: a shipped name or file, or ``this-machine`` measured now — the
@@ -268,7 +284,9 @@ class Scheduler:
                                           logprobs=request.logprobs is not None and request.sampling.greedy,
                                           bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
                                           adaptive=self.settings.adaptive, reuse=self.settings.reuse,
+                                          draft_cut=self.settings.draft_cut,
                                           stop=request.stop)  # the loop ends the sequence in the round that stops
+                config = self.price(config, drafter)
                 jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
                                 should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter))
         return jobs

@@ -201,11 +201,17 @@ class ChatEngine:
     def clock(self) -> Callable[[], float] | None:
         return None
 
+    def price(self, config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
+        """The turn's config with the verify prices its drafts are cut by (docs/method.md#priced-drafts): none here;
+        an engine whose models can be timed measures them (``LlamaChatEngine``)."""
+        return config
+
     def stream(self, messages: Sequence[Message], settings: ChatSettings,
                should_stop: Callable[[], bool]) -> Iterator[Event]:
         rule, config = settings.validated()
         tokens = self.prompt_tokens(messages, settings.thinking)
         drafter = self.drafter if settings.draft_max > 0 else None
+        config = self.price(config, drafter)
         clock = self.clock()
         if clock is None:  # the loop's own timer
             return generate(self.verifier, tokens, config, drafter=drafter, rule=rule, should_stop=should_stop)
@@ -249,8 +255,20 @@ class LlamaChatEngine(ChatEngine):
         from relaxtui.costmodel.calibrate import calibrate
 
         progress("timing this machine's round costs…")
-        return calibrate(self.verifier, self.drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(),
-                         repeats=2)
+        costs = calibrate(self.verifier, self.drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(),
+                          repeats=2)
+        if self.drafter is not None and self.pair is not None:  # priced drafting's verify prices, now, not mid-turn
+            from relaxtui.costmodel.verify_prices import PREFETCHED_DRAFT, pricer
+
+            pricer(self.pair, self.options, log=progress)(GenerationConfig(draft_max=PREFETCHED_DRAFT), self.drafter)
+        return costs
+
+    def price(self, config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
+        """Measured once per verifier (cached on disk too), for every drafter the chat switches to."""
+        from relaxtui.costmodel.verify_prices import pricer
+
+        assert self.pair is not None, "load() comes first"
+        return pricer(self.pair, self.options)(config, drafter)
 
     def drafter_choices(self) -> list[str]:
         from relaxtui.models.store import list_models

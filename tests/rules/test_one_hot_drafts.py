@@ -375,7 +375,7 @@ def test_generate_refuses_a_rule_that_needs_q_with_ngram_in_one_line(capsys, tes
                  "--threads", "1", "--max-tokens", "4"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    assert f"rule '{spec.split(':')[0]}'" in err and "'ngram'" in err
+    assert f"rule '{spec.split(':')[0]}'" in err and "--draft-kind ngram" in err  # refused before any model loads
 
 
 # -- 3. the drift signals show the light-drafter degeneration -------------------------------------------------------

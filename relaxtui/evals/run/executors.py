@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from relaxtui.decoding.batched import Job
+from relaxtui.decoding.draft_cut import Pricer, unpriced
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import generate
@@ -27,7 +28,9 @@ from relaxtui.evals.tasks.base import Sample, Task
 from relaxtui.executors import BatchedExecutor
 
 if TYPE_CHECKING:
+    from relaxtui.decoding.config import GenerationConfig
     from relaxtui.evals.run.plan import EvalPlan
+    from relaxtui.rules import Rule
 
 __all__ = ["Executor", "ParallelExecutor", "SequentialExecutor", "local_executor"]
 
@@ -46,8 +49,14 @@ class _Local:
     """Local executors run on a pair the caller loaded and frees: nothing to start or close here."""
 
     verifier: Model
+    drafter: Drafter | None
     tokenize: Callable[[Sample], list[int]]
+    price: Pricer  # each unit's config with the verify prices its drafts are cut by (priced drafting)
     _prompts: dict[str, list[int] | str]
+
+    def config(self, plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule | None]:
+        config, rule = unit_config(plan, unit)
+        return self.price(config, self.drafter if unit.point.rule else None), rule
 
     def start(self) -> None:
         pass
@@ -82,8 +91,9 @@ class _Local:
 class SequentialExecutor(_Local):
     """Runs units one at a time on one verifier/drafter pair (the one-sequence loop)."""
 
-    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
-        self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
+    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
+                 price: Pricer = unpriced) -> None:
+        self.verifier, self.drafter, self.tokenize, self.price = verifier, drafter, tokenize, price
         self._prompts = {}
 
     def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
@@ -93,7 +103,7 @@ class SequentialExecutor(_Local):
             if isinstance(unit, dict):  # a failed record
                 yield unit
                 continue
-            config, rule = unit_config(plan, unit)
+            config, rule = self.config(plan, unit)
             drafter = self.drafter if unit.point.rule else None
             prompt = self.prompt(unit.sample)
             assert not isinstance(prompt, str)  # _runnable() made this unit's failed record instead
@@ -111,16 +121,16 @@ class SequentialExecutor(_Local):
 class ParallelExecutor(_Local):
     """Runs units ``verifier.n_seq`` at a time on one pair whose contexts hold that many sequences."""
 
-    def __init__(self, verifier: Model, drafter: Drafter | None,
-                 tokenize: Callable[[Sample], list[int]]) -> None:
-        self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
+    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
+                 price: Pricer = unpriced) -> None:
+        self.verifier, self.drafter, self.tokenize, self.price = verifier, drafter, tokenize, price
         self._prompts = {}
 
     def _jobs(self, plan: EvalPlan, units: Sequence[WorkUnit]) -> Iterator[Job]:
         for unit in units:
             prompt = self.prompt(unit.sample)
             assert not isinstance(prompt, str)  # run() keeps the units whose rows cannot run out of the batch
-            config, rule = unit_config(plan, unit)
+            config, rule = self.config(plan, unit)
             yield Job(prompt, config, rule, speculative=unit.point.rule is not None, tag=unit)
 
     def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
@@ -145,9 +155,9 @@ class ParallelExecutor(_Local):
             yield make_record(task, job.tag, finished)
 
 
-def local_executor(verifier: Model, drafter: Drafter | None,
-                   tokenize: Callable[[Sample], list[int]]) -> Executor:
+def local_executor(verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
+                   price: Pricer = unpriced) -> Executor:
     """The executor for a local pair: the batched one when the verifier's context holds several sequences."""
     if verifier.n_seq > 1:
-        return ParallelExecutor(verifier, drafter, tokenize)
-    return SequentialExecutor(verifier, drafter, tokenize)
+        return ParallelExecutor(verifier, drafter, tokenize, price)
+    return SequentialExecutor(verifier, drafter, tokenize, price)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relaxtui.decoding.draft_cut import cuts_drafts
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.errors import UserError
 from relaxtui.session import drafter_options
@@ -48,8 +49,11 @@ class RunIdentity:
         # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when
         # K > 1, so one-at-a-time folders from before keep resuming)
         batched = {"parallel": options.parallel} if options.parallel > 1 else {}
+        # priced drafting (docs/method.md#priced-drafts) verifies other drafts: named only where a run cuts them, so
+        # folders of model drafters from before keep resuming (prices are this machine's, as its timings are)
+        cut = {"draft_cut": "priced"} if cuts_drafts(plan.draft_cut, not kind.standalone) else {}
         settings = {
-            **batched, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
+            **batched, **cut, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
             "drafter": Path(model_drafter).name if model_drafter else options.draft_kind,
             "draft_kind": options.draft_kind,
             # the n-gram sizes where the kind is built from them (its traits say so: prompt lookup)

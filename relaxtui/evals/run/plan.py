@@ -24,6 +24,7 @@ class EvalPlan:
     bonus: str = "auto"
     draft_min: int = 0
     adaptive: bool = False
+    draft_cut: str = "auto"  # GenerationConfig.draft_cut: priced drafting (docs/method.md#priced-drafts)
 
     def __post_init__(self) -> None:
         if self.repeats < 1:

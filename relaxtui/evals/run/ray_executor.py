@@ -94,6 +94,7 @@ class PairActor:
     """Holds one loaded pair on a node (wrapped by ``ray.remote`` at start-up, so ray stays optional)."""
 
     def __init__(self, options: ModelOptions, thinking: bool | None) -> None:
+        from relaxtui.costmodel.verify_prices import pricer
         from relaxtui.evals.run.executors import local_executor
         from relaxtui.evals.run.pair import sample_tokenizer
         from relaxtui.session import load_pair
@@ -102,7 +103,8 @@ class PairActor:
         try:
             self.pair = load_pair(options)  # with --parallel K, contexts that hold K sequences
             self.tokenize = sample_tokenizer(self.pair.verifier, thinking=thinking)
-            self.executor = local_executor(self.pair.verifier, self.pair.drafter, self.tokenize)
+            self.executor = local_executor(self.pair.verifier, self.pair.drafter, self.tokenize,
+                                           pricer(self.pair, options))
         except UserError as exc:  # e.g. the model is not on this node: said by the driver, with the node
             self.error = str(exc)
 

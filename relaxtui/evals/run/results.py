@@ -56,7 +56,7 @@ MANIFEST_CHECKS: dict[str, checks.Check] = {
     "task": checks.TEXT, "verifier": checks.TEXT, "drafter": checks.TEXT, "draft_kind": checks.TEXT,
     "temperature": checks.TEMPERATURE, "top_k": checks.TOP_K, "top_p": checks.TOP_P, "max_tokens": checks.MAX_TOKENS,
     "draft_min": checks.DRAFT_MIN, "draft_p_min": checks.DRAFT_P_MIN, "draft_adapt": checks.FLAG,
-    "ctx_size": checks.CTX_SIZE, "threads": checks.THREADS, "gpu_layers": checks.GPU_LAYERS,
+    "draft_cut": checks.TEXT, "ctx_size": checks.CTX_SIZE, "threads": checks.THREADS, "gpu_layers": checks.GPU_LAYERS,
     "parallel": checks.PARALLEL, "data": checks.Maybe(checks.TEXT),
 }
 

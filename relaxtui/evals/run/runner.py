@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relaxtui.decoding.draft_cut import Pricer, unpriced
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
@@ -68,8 +69,10 @@ def run_units(task: Task, samples: Sequence[Sample], plan: EvalPlan, identity: R
 def run_eval(task: Task, samples: Sequence[Sample], plan: EvalPlan, identity: RunIdentity, store: ResultsStore,
              verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
              on_sample: Callable[[SampleDone], None] = lambda _: None,
-             should_stop: Callable[[], bool] = lambda: False) -> None:
-    """Run the plan on one local pair: one sequence at a time, or as many at once as its contexts hold."""
+             should_stop: Callable[[], bool] = lambda: False, price: Pricer = unpriced) -> None:
+    """Run the plan on one local pair: one sequence at a time, or as many at once as its contexts hold; ``price``
+    gives each unit's config the verify prices its drafts are cut by."""
     if drafter is None and any(p.rule is not None for p in plan.points()):
         raise UserError("speculative configs need a drafter; pass --drafter or only --no-spec")
-    run_units(task, samples, plan, identity, store, local_executor(verifier, drafter, tokenize), on_sample, should_stop)
+    run_units(task, samples, plan, identity, store, local_executor(verifier, drafter, tokenize, price), on_sample,
+              should_stop)
