@@ -29,7 +29,7 @@ from relaxtui.files import read_regular_bytes, write_atomic
 from relaxtui.session import LoadedPair, ModelOptions
 
 MEASURED_BLOCKS = 17  # the largest verify block timed (16 drafts); longer ones are extrapolated
-CONTEXT = tuple(range(100, 228))  # 128 prompt tokens before the timed blocks (attention over a typical prompt)
+CONTEXT = 128  # prompt tokens before the timed blocks (attention over a typical prompt), ids 100.. in the vocabulary
 REPEATS = 3
 PREFETCHED_DRAFT = 8  # a face that cannot wait mid-generation (chat, serve) measures up to this N at load
 _known: weakref.WeakKeyDictionary[Model, tuple[float, ...]] = weakref.WeakKeyDictionary()
@@ -44,14 +44,15 @@ def extend(prices: tuple[float, ...], blocks: int) -> tuple[float, ...]:
 
 
 def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], bool]:
-    """(v(1..blocks), stable): each block of k tokens timed after ``CONTEXT`` on sequence 0, left as found."""
+    """(v(1..blocks), stable): each block of k tokens timed after ``CONTEXT`` tokens on sequence 0, left empty."""
+    context = [(100 + i) % verifier.n_vocab for i in range(CONTEXT)]
     verifier.clear(0)
-    verifier.decode(0, list(CONTEXT))
+    verifier.decode(0, context)
     back = rewinder(verifier)
 
     def block(k: int) -> Callable[[], None]:
         def once() -> None:
-            verifier.decode_rows([0], [[CONTEXT[-1]] * k])
+            verifier.decode_rows([0], [[context[-1]] * k])
             back()
         return once
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -109,3 +110,23 @@ def test_parallel_beyond_the_context_is_one_line_with_the_largest_k(capsys, test
     fails_with(capsys, ["eval", "aime", "--limit", "1", "-m", str(test_model_path), "--drafter", str(test_model_path),
                         "--no-spec", "--out", str(tmp_path / "x"), "--parallel", "100000"],
                "--parallel 100000: the context holds at most")
+
+
+@pytest.mark.parametrize("n_seq", [1, 4])
+def test_both_executors_price_each_units_config_for_the_drafter_that_runs_it(tmp_path, n_seq):
+    """Priced drafting in eval: every unit's config goes through the executor's pricer with its own drafter (None for
+    the verifier alone), and the cut it returns is what the unit runs with (each draft of 3 cut to at most 1)."""
+    seen = []
+
+    def price(config, drafter):
+        seen.append((config.draft_max, drafter is not None))
+        return replace(config, draft_cut="priced", verify_prices=(1.0, 1.1, 9.0, 9.0)) if drafter else config
+
+    store = ResultsStore(tmp_path / f"priced{n_seq}")
+    run_eval(get("aime"), get("aime").load()[:3], PLAN, RunIdentity({"task": "aime", "note": "priced"}), store,
+             digits(1, n_seq), ModelDrafter(digits(2, n_seq), 10), lambda sample: [len(sample.id) % 10], price=price)
+    records = list(store.records())
+    assert len(seen) == len(records) == 18
+    assert sorted(set(seen)) == [(0, False), *sorted({(n, True) for n in PLAN.draft_max})]
+    assert all(max(r["draft_lengths"], default=0) <= 1 for r in records)
+    assert any(max(r["draft_lengths"], default=0) == 1 for r in records if r["config"]["draft_max"] > 1)

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import openai
@@ -29,7 +30,7 @@ from relaxtui.rules import make
 from relaxtui.serve.app import ServeSettings, build_app
 from relaxtui.serve.pair import FakeServedPair
 from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, Speculative, parse_request
-from relaxtui.serve.scheduler import Scheduler, Ticket
+from relaxtui.serve.scheduler import LoopSettings, Scheduler, Ticket
 from tests.support.markov import random_table
 from tests.support.servers import GREEDY, WAIT_S, client, raw, running
 
@@ -562,3 +563,26 @@ def test_an_idle_server_takes_a_request_larger_than_the_queue_limit():
         assert len(reply.choices) == 4
         status, _, payload = raw(url, "POST", "/v1/completions", {"prompt": [0], "n": 5})
         assert status == 400 and json.loads(payload)["error"]["param"] == "n"
+
+
+def test_every_requests_config_carries_the_servers_draft_cut_through_its_pricer():
+    """Priced drafting in serve: --draft-cut reaches each job's config, which goes through the scheduler's pricer with
+    the drafter of the kind the request asked for; the fake pair has no costs to measure, so nothing is priced."""
+    scheduler = Scheduler(lambda: FakeServedPair(1), max_queue=4, settings=LoopSettings(draft_cut="priced"))
+    scheduler.start(wait=True)
+    defaults = Defaults(Speculative("strict", None, 3, "model"), GREEDY, 0, None, None, DRAFT_KINDS)
+    try:
+        loop = asyncio.new_event_loop()
+        ticket = Ticket(loop, 1, time.monotonic() + WAIT_S)
+        request = parse_request({"prompt": [0], "max_tokens": 4, "speculative": {"draft_kind": "suffix"}}, chat=False,
+                                defaults=defaults, n_vocab=6)
+        (job,) = scheduler.jobs(request, [[0]], ticket, "prompt")
+        assert job.config.draft_cut == "priced" and job.config.verify_prices == ()
+        seen = []
+        scheduler.price = lambda config, drafter: seen.append(drafter.traits.kind) or replace(
+            config, verify_prices=(1.0, 1.5, 1.9, 1.7))
+        (job,) = scheduler.jobs(request, [[0]], ticket, "prompt")
+        assert seen == ["suffix"] and job.config.verify_prices == (1.0, 1.5, 1.9, 1.7)
+        loop.close()
+    finally:
+        scheduler.close()

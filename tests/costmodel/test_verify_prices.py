@@ -1,0 +1,109 @@
+"""Verify prices for priced drafting (relaxtui.costmodel.verify_prices): measured once, kept, read back; every face
+hands them only to the generations whose drafts are cut, and a run's identity names the cut."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from relaxtui.costmodel import verify_prices as vp
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.drafters import DrafterOptions, make_drafter
+from relaxtui.decoding.drafting import DrafterTraits
+from relaxtui.evals.run.identity import RunIdentity
+from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.taskfiles.taskfile import load_task
+from relaxtui.session import ModelOptions
+from tests.support.markov import GREEDY, cycle_table, fake
+
+
+@dataclass
+class Pair:  # what verify_prices reads of a LoadedPair
+    verifier: object
+    verifier_path: Path
+    drafter: object = None
+
+
+@pytest.fixture
+def pair(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(vp, "_known", type(vp._known)())  # nothing remembered from another test
+    model = tmp_path / "verifier.gguf"
+    model.write_bytes(b"GGUF")
+    return Pair(fake(cycle_table()), model)
+
+
+def test_extend_prices_past_the_measured_blocks_at_the_measured_average_per_token():
+    assert vp.extend((1.0, 1.5, 2.0), 5) == pytest.approx((1.0, 1.5, 2.0, 2.5, 3.0))
+    assert vp.extend((1.0, 1.9, 1.6), 4) == pytest.approx((1.0, 1.9, 1.6, 1.9))  # (1.6 - 1) / 2 a token
+    assert vp.extend((1.0, 1.5, 2.0), 2) == (1.0, 1.5)
+
+
+def test_prices_are_measured_once_kept_and_read_back(pair, monkeypatch):
+    said = []
+    measured = []
+    real = vp.measure_prices
+
+    def counting(verifier, blocks):
+        measured.append(blocks)
+        prices, _ = real(verifier, blocks)
+        return prices, True
+
+    monkeypatch.setattr(vp, "measure_prices", counting)
+    first = vp.verify_prices(pair, 5, threads=2, gpu_layers=0, log=said.append)
+    assert len(first) == 5 and first[0] == 1.0 and all(p > 0 for p in first) and measured == [5]
+    assert len(said) == 1 and "verify costs" in said[0]
+    assert vp.verify_prices(pair, 4, threads=2, gpu_layers=0) == first[:4] and measured == [5]  # this process's
+    monkeypatch.setattr(vp, "_known", type(vp._known)())  # a new process: read from the cache, not measured
+    assert vp.verify_prices(pair, 5, threads=2, gpu_layers=0, log=said.append) == first and measured == [5]
+    (stored,) = (pair.verifier_path.parent / "cache" / "profiles").glob("*.json")
+    assert json.loads(stored.read_text())["prices"] == list(first)
+    monkeypatch.setattr(vp, "_known", type(vp._known)())
+    vp.verify_prices(pair, 5, threads=1, gpu_layers=0)
+    assert measured == [5, 5]  # another thread count: another key
+
+
+def test_a_damaged_cache_is_measured_over_and_an_unstable_measurement_is_not_kept(pair, monkeypatch):
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.4, 1.8)[:blocks], False))
+    assert vp.verify_prices(pair, 3, threads=None, gpu_layers=0) == (1.0, 1.4, 1.8)
+    folder = pair.verifier_path.parent / "cache" / "profiles"
+    assert not folder.exists() or not list(folder.glob("*.json"))  # unstable: used, not kept
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.2, 1.3)[:blocks], True))
+    monkeypatch.setattr(vp, "_known", type(vp._known)())
+    vp.verify_prices(pair, 3, threads=None, gpu_layers=0)
+    (stored,) = folder.glob("*.json")
+    stored.write_text('{"prices": [2.0, "x"]}')
+    monkeypatch.setattr(vp, "_known", type(vp._known)())
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.25, 1.5)[:blocks], True))
+    assert vp.verify_prices(pair, 3, threads=None, gpu_layers=0) == (1.0, 1.25, 1.5)
+
+
+def test_the_pricer_prices_only_the_generations_whose_drafts_are_cut(pair, monkeypatch):
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: (tuple(1.0 + 0.5 * k for k in range(blocks)),
+                                                                        True))
+    price = vp.pricer(pair, ModelOptions(threads=2))
+    ngram = make_drafter(DrafterOptions(kind="ngram-simple"), pair.verifier, None)
+    config = GenerationConfig(draft_max=3, sampling=GREEDY)
+    assert price(config, ngram).verify_prices == (1.0, 1.5, 2.0, 2.5)  # N + 1 blocks
+    assert price(config, None) is config  # the verifier alone
+    assert price(replace(config, draft_max=0), ngram).verify_prices == ()
+    assert price(replace(config, draft_cut="none"), ngram).verify_prices == ()
+
+    class Model:
+        traits = DrafterTraits("model", has_distribution=True, holds_model=True)
+
+    assert price(config, Model()).verify_prices == ()  # auto leaves a model drafter's drafts whole
+    assert price(replace(config, draft_cut="priced"), Model()).verify_prices == (1.0, 1.5, 2.0, 2.5)
+
+
+@pytest.mark.parametrize(("kind", "cut", "named"), [("suffix", "auto", True), ("ngram-simple", "priced", True),
+                                                    ("suffix", "none", False), ("model", "auto", False),
+                                                    ("model", "priced", True)])
+def test_a_runs_identity_names_the_cut_only_where_it_cuts(kind, cut, named):
+    task = load_task(Path("evals/examples/edit_code.toml"))
+    options = ModelOptions(drafter="d.gguf" if kind == "model" else None, draft_kind=kind)
+    identity = RunIdentity.of(task, options, EvalPlan(draft_cut=cut), thinking=None, data=None)
+    assert identity.settings.get("draft_cut") == ("priced" if named else None)

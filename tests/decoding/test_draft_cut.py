@@ -1,0 +1,234 @@
+"""Priced drafting (docs/method.md#priced-drafts): the cut's arithmetic against a brute-force reference, the keep
+rates it learns from proposals and emitted tokens, and the loop that cuts: a wrong drafter costs nothing, a right one
+keeps drafting, strict's law holds, and a relaxed bonus after a cut reads the proposal's q, not the drafter's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.draft_cut import BUCKETS, KeepOdds, bucket, check_prices, cuts_drafts, priced_length
+from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
+from relaxtui.decoding.events import Finished, TokenEvent, Verdict
+from relaxtui.decoding.loop import generate
+from relaxtui.decoding.sampling import SamplingParams, one_hot
+from relaxtui.errors import UserError
+from relaxtui.rules import make
+from tests.support.markov import GREEDY, PLAIN, VOCAB, assert_two_step_law, cycle_table, fake
+
+CPU = (1.0, 1.56, 1.9, 1.73, 2.22, 2.63, 3.02, 3.25, 3.48)  # v(1..9) measured on a 2-core Xeon (a dip at k = 4)
+FLAT = (1.0,) * 9  # a GPU-like machine: width is free
+
+
+# -- the cut's arithmetic ----------------------------------------------------------------------------------------
+def brute_force(chances: Sequence[float], prices: Sequence[float]) -> tuple[int, float]:
+    """Every prefix length j priced on its own: (the shortest j with the most expected tokens per step, that rate)."""
+    rates = [(1 + sum(chances[:j])) / prices[j] for j in range(min(len(chances), len(prices) - 1) + 1)]
+    best = max(rates)
+    return next(j for j, rate in enumerate(rates) if rate >= best * (1 - 1e-12)), best
+
+
+def test_the_cut_is_the_best_prefix_of_a_brute_force_search_over_random_cases():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        n = int(rng.integers(0, 12))
+        keep = rng.uniform(0, 1, n)
+        chances = list(np.cumprod(keep))  # the chance the first i are all kept: never rising
+        prices = (1.0, *np.cumsum(rng.uniform(0.05, 1.2, int(rng.integers(1, 14)))) + 1.0)
+        j = priced_length(chances, prices)
+        want, best = brute_force(chances, prices)
+        assert j == want
+        assert (1 + sum(chances[:j])) / prices[j] >= 1.0  # never below the verifier alone's token per step
+
+
+def test_a_hand_computed_cut_on_this_machines_prices():
+    # a drafter kept 90% of the time: j = 3 yields 1 + .9 + .81 + .729 = 3.439 tokens for 1.73 steps (1.99 a step);
+    # j = 2 yields 2.71 for 1.9 (1.43), j = 1 1.9 for 1.56 (1.22); j = 4..8 cost more than they add
+    chances = [0.9 ** i for i in range(1, 9)]
+    assert priced_length(chances, CPU) == 3
+    assert priced_length([0.3] + [0.0] * 7, CPU) == 0  # 1.3 tokens for 1.56 steps: slower than a plain step
+    assert priced_length(chances, FLAT) == 8  # width costs nothing: every token with a chance is worth verifying
+    assert priced_length([], CPU) == 0
+    assert priced_length(chances, (1.0,)) == 0  # no price beyond one token: nothing to verify
+
+
+def test_keep_odds_count_each_proposed_token_up_to_the_first_miss_by_streak_bucket():
+    odds = KeepOdds()
+    odds.observe([7, 8, 9], [7, 8, 9, 1])  # three right, then a token it did not propose: a new start
+    assert odds.streak == 0
+    assert odds.kept[:3] == [2.0, 2.0, 2.0] and odds.seen[:3] == [3.0, 3.0, 3.0]  # buckets of streaks 0, 1, 2
+    odds.observe([4, 5], [4, 5])  # both right and nothing more emitted: the streak grows
+    assert odds.streak == 2
+    odds.observe([6, 3, 3], [6, 2])  # one right, then a miss (the unverified tail is not an outcome)
+    assert odds.streak == 0
+    assert odds.seen[bucket(2)] == 5.0 and odds.kept[bucket(2)] == 3.0  # streaks 2 and 3 share a bucket: 2 (kept) in
+    # the first call, 2 (kept) and 3 (missed) in this one
+    odds.observe([], [5])  # nothing proposed: no outcome, and the streak starts again
+    assert odds.streak == 0 and sum(odds.seen) == 2.0 * BUCKETS + 7  # 3 + 2 + 2 outcomes in all
+
+
+def test_chances_multiply_the_rates_of_the_buckets_each_token_will_be_reached_in():
+    odds = KeepOdds(streak=3)
+    odds.kept[bucket(3)], odds.seen[bucket(3)] = 9.0, 10.0
+    odds.kept[bucket(4)], odds.seen[bucket(4)] = 4.0, 5.0  # streaks 4..7
+    assert odds.chances(3) == pytest.approx([0.9, 0.9 * 0.8, 0.9 * 0.8 * 0.8])
+    assert bucket(0) == 0 and bucket(1) == 1 and bucket(3) == 2 and bucket(1000) == BUCKETS - 1
+
+
+@pytest.mark.parametrize(("policy", "holds_model", "cuts"), [
+    ("auto", False, True), ("auto", True, False), ("priced", True, True), ("priced", False, True),
+    ("none", False, False), ("none", True, False)])
+def test_which_drafters_a_policy_cuts(policy, holds_model, cuts):
+    assert cuts_drafts(policy, holds_model) is cuts
+
+
+@pytest.mark.parametrize("prices", [(1.2, 1.5), (1.0, 0.0), (1.0, float("inf")), (1.0, float("nan"))])
+def test_prices_that_are_not_v_of_k_are_refused(prices):
+    with pytest.raises(ValueError):
+        check_prices(prices)
+    with pytest.raises(UserError):
+        GenerationConfig(verify_prices=prices)
+
+
+def test_an_unknown_cut_policy_is_one_line():
+    with pytest.raises(UserError, match="draft_cut must be one of auto, priced, none"):
+        GenerationConfig(draft_cut="always")
+
+
+def test_a_draft_cut_keeps_its_first_tokens_distributions_and_rows():
+    q = tuple(one_hot(t) for t in (3, 4, 5))
+    logits = np.arange(18, dtype=np.float32).reshape(3, VOCAB)
+    draft = Draft([3, 4, 5], np.eye(VOCAB)[[3, 4, 5]], logits, 0.5, {"k": 1}, q)
+    cut = draft.first(2)
+    assert cut.tokens == [3, 4] and cut.q == q[:2] and cut.extra == {"k": 1}
+    assert np.array_equal(cut.probs, np.eye(VOCAB)[[3, 4]]) and np.array_equal(cut.logits, logits[:2])
+    q_at, raw = draft.row(2, VOCAB)  # what extend() would hand for the draft cut to two tokens
+    assert np.array_equal(q_at, np.eye(VOCAB)[5]) and np.array_equal(raw, logits[2])
+
+
+# -- the loop that cuts ------------------------------------------------------------------------------------------
+class Proposer(BaseDrafter):
+    """Proposes ``n_max`` tokens from a rule of the context, with no distribution (an n-gram drafter's shape)."""
+
+    traits = DrafterTraits("proposer", has_distribution=False)
+
+    def __init__(self, right: bool) -> None:
+        self.right = right  # propose the cycle's next tokens (always kept at greedy), or tokens it never emits
+
+    def begin(self, seq: int, prompt: Sequence[int], **_: object) -> bool:
+        return True
+
+    def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
+        out = []
+        for r in requests:
+            last = r.context[-1]
+            step = 1 if self.right else 3  # cycle_table's greedy chain is t -> t + 1
+            out.append(Draft([(last + step * (i + 1)) % VOCAB for i in range(r.n_max)], None, None))
+        return out
+
+
+def run(verifier, config, drafter, rule=None, prompt=(0,)):
+    events = list(generate(verifier, list(prompt), config, drafter=drafter, rule=rule))
+    assert isinstance(events[-1], Finished)
+    return [e for e in events if isinstance(e, TokenEvent)], events[-1].metrics
+
+
+def test_a_drafter_that_is_always_wrong_soon_drafts_nothing_and_the_output_is_the_verifiers():
+    verifier = fake(cycle_table())
+    config = GenerationConfig(draft_max=4, max_tokens=40, sampling=GREEDY, verify_prices=CPU)
+    events, metrics = run(verifier, config, Proposer(right=False))
+    alone, _ = run(verifier, GenerationConfig(draft_max=0, max_tokens=40, sampling=GREEDY), None)
+    assert [e.token_id for e in events] == [e.token_id for e in alone]
+    assert metrics.accepted == 0 and metrics.drafted <= 6  # a few tries, then nothing: 40 rounds of one token
+    uncut, _ = run(verifier, GenerationConfig(draft_max=4, max_tokens=40, sampling=GREEDY, draft_cut="none",
+                                              verify_prices=CPU), Proposer(right=False))
+    assert sum(1 for e in uncut if e.verdict is Verdict.RESAMPLED) == 39  # the guard: uncut, every round but the last
+    # (no room left to draft) drafts and is rejected
+
+
+def test_a_drafter_that_is_always_right_keeps_drafting_at_the_length_that_pays():
+    verifier = fake(cycle_table())
+    config = GenerationConfig(draft_max=8, max_tokens=60, sampling=GREEDY, verify_prices=CPU)
+    _, metrics = run(verifier, config, Proposer(right=True))
+    assert metrics.accepted == metrics.drafted > 0
+    assert metrics.draft_lengths.count(3) > metrics.rounds * 0.7  # k = 4 is this machine's cheap block
+    _, flat = run(verifier, GenerationConfig(draft_max=8, max_tokens=60, sampling=GREEDY, verify_prices=FLAT),
+                  Proposer(right=True))
+    assert max(flat.draft_lengths) == 8  # on a machine where width is free it drafts the whole N
+
+
+def test_without_prices_or_with_a_model_drafter_under_auto_nothing_is_cut(markov_pair):
+    verifier = fake(cycle_table())
+    _, unpriced = run(verifier, GenerationConfig(draft_max=4, max_tokens=20, sampling=GREEDY), Proposer(right=False))
+    assert unpriced.drafted == sum(min(4, 20 - 1 - i) for i in range(20))  # every round drafts what room allows
+    target, draft = markov_pair
+    model = ModelDrafter(fake(draft), VOCAB)  # holds a model: auto leaves its drafts whole
+    _, whole = run(fake(target), GenerationConfig(draft_max=3, max_tokens=20, sampling=PLAIN, verify_prices=CPU),
+                   model)
+    assert set(whole.draft_lengths[:-1]) == {3}
+
+
+def test_strict_with_priced_cuts_emits_the_verifier_distribution(markov_pair):
+    """Monte Carlo over seeds, as tests/decoding/test_loop_fake.py: the first two tokens follow the verifier's law
+    when every draft of 3 is cut to 2 (prices make the third token cost more than it yields) and the drafter's q is
+    a real distribution (the priced policy cuts a model drafter too)."""
+    target, draft = markov_pair
+    verifier, drafter = fake(target), ModelDrafter(fake(draft), VOCAB)
+    prices = (1.0, 1.3, 1.45, 2.5)
+    runs, counts, lengths = 3000, Counter(), Counter()
+    for seed in range(runs):
+        config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed, draft_cut="priced",
+                                  verify_prices=prices)
+        events, metrics = run(verifier, config, drafter)
+        counts[(events[0].token_id, events[1].token_id)] += 1
+        lengths[metrics.draft_lengths[0]] += 1
+    assert lengths[2] == runs  # the first round is always cut from 3 to 2
+    assert_two_step_law(counts, target, runs)
+
+
+class NoExtend(ModelDrafter):
+    """A model drafter whose extend() must not be called: after a cut, q at N+1 is the proposal's own row."""
+
+    extended = 0
+
+    def extend(self, seq, sampling):  # noqa: ANN001, ANN201 - the test double's override
+        NoExtend.extended += 1
+        return super().extend(seq, sampling)
+
+
+def first_tokens(verifier, config, drafter, rule, count):
+    """The first ``count`` tokens of a generation, the rest never run (its last rounds would draft shorter)."""
+    events = generate(verifier, [0], config, drafter=drafter, rule=rule)
+    tokens: list[TokenEvent] = []
+    for event in events:
+        if isinstance(event, TokenEvent):
+            tokens.append(event)
+            if len(tokens) == count:
+                events.close()
+                break
+    return tokens
+
+
+def test_a_relaxed_bonus_after_a_cut_reads_q_from_the_proposal_not_the_drafter(markov_pair):
+    """These prices never verify a third draft token (it would cost 1.05 steps for at most one token), so every
+    draft of 3 is cut and every bonus follows a cut: q at N+1 must come from the proposal, never from extend()."""
+    target, draft = markov_pair
+    drafter = NoExtend(fake(draft), VOCAB)
+    NoExtend.extended = 0
+    bonuses = 0
+    for seed in range(100):
+        config = GenerationConfig(draft_max=3, max_tokens=200, sampling=SamplingParams(1.0, 0, 1.0), seed=seed,
+                                  bonus="relaxed", draft_cut="priced", verify_prices=(1.0, 1.3, 1.45, 2.5))
+        tokens = first_tokens(fake(target), config, drafter, make("mentored", 0.5), 20)
+        bonuses += sum(1 for e in tokens if e.verdict is Verdict.BONUS)
+    assert bonuses > 20 and NoExtend.extended == 0
+    for seed in range(50):  # the guard: a full draft does ask the drafter
+        config = GenerationConfig(draft_max=3, max_tokens=200, sampling=SamplingParams(1.0, 0, 1.0), seed=seed,
+                                  bonus="relaxed", draft_cut="none")
+        first_tokens(fake(target), config, drafter, make("mentored", 0.5), 20)
+    assert NoExtend.extended > 0
