@@ -314,7 +314,12 @@ def run_cpp(prompt, system, extra):
         found = re.search(pattern, log)
         return int(found.group(1)) if found else 0
 
-    return {"ok": True, "tokens": int(dec.group(1)), "seconds": float(dec.group(2)),
+    # llama-speculative-simple counts the end-of-generation token it stops at (n_predict += ids.size() before its
+    # is_eog check); relaxtui does not emit it. Both decoded it, so count the same text on both sides: a run that
+    # stopped before its budget (-n MAX_TOKENS - 1 stops past MAX_TOKENS - 1) ended on that token.
+    tokens = int(dec.group(1))
+    tokens -= 1 if tokens < MAX_TOKENS else 0
+    return {"ok": True, "tokens": tokens, "seconds": float(dec.group(2)),
             "drafted": number(r"n_drafted\s*=\s*(\d+)"), "accepted": number(r"n_accept\s*=\s*(\d+)"),
             "prompt_tokens": number(r"encoded\s+(\d+) tokens"), "text": out.rstrip()}
 

@@ -24,6 +24,13 @@ def _grams(tokens: Sequence[int], first: int) -> list[tuple[tuple[int, ...], int
             for size in range(NGRAM_MIN, min(NGRAM_MAX, i) + 1)]
 
 
+def _chunk_grams(tokens: Sequence[int], start: int, end: int) -> list[tuple[tuple[int, ...], int]]:
+    """(n-gram, next token) of the n-grams that lie wholly in ``tokens[start:end]`` (``common_ngram_cache_update``
+    over one call's new tokens)."""
+    return [(tuple(tokens[i - size:i]), tokens[i]) for size in range(NGRAM_MIN, NGRAM_MAX + 1)
+            for i in range(start + size, end)]
+
+
 def pick(part: Part | None, size: int, thresholds: tuple[tuple[int, int], ...]) -> int | None:
     """The part's most frequent token, when it has been seen often enough and dominates (``try_draft``)."""
     if not part:
@@ -35,35 +42,59 @@ def pick(part: Part | None, size: int, thresholds: tuple[tuple[int, int], ...]) 
 
 
 class ContextCache(SeqTokens):
-    """One sequence's counts (``ngram_cache_context``), kept in step with its context: appending counts the new
-    tokens' n-grams, a common-prefix re-sync uncounts the removed ones. Bounded by 4 entries per token: about
-    1.3 KB per token where every n-gram is new."""
+    """One sequence's counts (``ngram_cache_context``), kept in step with its context as speculative.cpp keeps them:
+    each sync's new tokens are counted apart, only the n-grams that lie wholly inside them (an n-gram that spans two
+    calls is never counted; a round's chunk of one or two tokens adds little, so the prompt's counts dominate). A
+    common-prefix re-sync (another request on the sequence) uncounts what it cuts and reopens the last chunk kept,
+    so the new tokens are counted with it, as a fresh drafter would count that context. Bounded by 4 entries per
+    token: about 1.3 KB per token where every n-gram is new."""
 
     def __init__(self) -> None:
         super().__init__()
         self.counts: dict[tuple[int, ...], Part] = {}
+        self.chunks: list[int] = []  # where each counted chunk starts (it ends where the next starts)
+        self.reopened = False  # the last chunk is uncounted, to be counted with the next tokens
         self.prompt_len = 0
 
-    def extend(self, new: list[int]) -> None:
-        first = len(self.tokens)
-        super().extend(new)
+    def _count(self, start: int, end: int, step: int) -> None:
         counts = self.counts
-        for gram, token in _grams(self.tokens, first):
+        for gram, token in _chunk_grams(self.tokens, start, end):
             part = counts.get(gram)
             if part is None:
-                counts[gram] = {token: 1}
-            else:
-                part[token] = part.get(token, 0) + 1
-
-    def truncate(self, keep: int) -> None:
-        counts = self.counts
-        for gram, token in _grams(self.tokens, keep):
-            part = counts[gram]
-            part[token] -= 1
+                counts[gram] = part = {}
+            part[token] = part.get(token, 0) + step
             if not part[token]:
                 del part[token]
                 if not part:
                     del counts[gram]
+
+    def sync(self, context: Sequence[int]) -> None:
+        super().sync(context)
+        if self.reopened:  # cut back with nothing new after: the kept part of the last chunk counts as it is
+            self._count(self.chunks[-1], len(self.tokens), +1)
+            self.reopened = False
+
+    def extend(self, new: list[int]) -> None:
+        start = len(self.tokens)
+        super().extend(new)
+        if self.reopened:
+            start, self.reopened = self.chunks[-1], False
+        else:
+            self.chunks.append(start)
+        self._count(start, len(self.tokens), +1)
+
+    def truncate(self, keep: int) -> None:
+        end = len(self.tokens)
+        while self.chunks and self.chunks[-1] >= keep:
+            start = self.chunks.pop()
+            if self.reopened:  # the last chunk was not counted
+                self.reopened = False
+            else:
+                self._count(start, end, -1)
+            end = start
+        if self.chunks and not self.reopened:
+            self._count(self.chunks[-1], end, -1)
+        self.reopened = bool(self.chunks)
         super().truncate(keep)
 
 
@@ -105,9 +136,8 @@ class NgramCacheDrafter(NgramBase):
     stops at the first position where neither is confident, or at ``n_draft``. Keeps: per sequence, the counts of
     its context (to ``release``); per drafter, the dynamic cache, fed from each finished output (the n-grams that
     predict its tokens, the prompt's last tokens included), bounded by ``entries`` pairs with least-recently-used
-    eviction. llama.cpp's static cache (a corpus file) is not kept. As llama.cpp's lookup example, the context
-    cache counts the whole context (speculative.cpp counts each call's new tokens apart, losing the n-grams that
-    span two calls); ties go to the token met first."""
+    eviction. llama.cpp's static cache (a corpus file) is not kept. As speculative.cpp, the context cache counts
+    each call's new tokens apart (``ContextCache``); ties go to the token met first."""
 
     traits = DrafterTraits("ngram-cache", has_distribution=False)
     DEFAULT_DRAFT = 8  # llama.cpp's n_draft

@@ -310,3 +310,30 @@ def test_strict_greedy_with_any_ngram_kind_gives_the_verifier_alone_tokens(kind)
     assert alone.metrics.drafted > 0 and alone.metrics.accepted < alone.metrics.drafted  # rejections happened
     assert alone.token_ids == expected.token_ids
     assert [f.token_ids for f in many] == [expected.token_ids] * 2
+
+
+def test_ngram_cache_counts_each_calls_new_tokens_apart_as_speculative_cpp_does():
+    """speculative.cpp's ngram-cache counts, at each draft call, the n-grams that lie wholly in the tokens new since
+    the last call; relaxtui's context cache keeps exactly those counts through any run of growing and re-synced
+    contexts (a re-sync reopens the last kept chunk: the new tokens are counted with it)."""
+    from collections import Counter
+
+    from relaxtui.decoding.ngram_cache import ContextCache, _chunk_grams
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        cache, context = ContextCache(), []
+        for _ in range(int(rng.integers(1, 8))):
+            if context and rng.random() < 0.3:  # another request: a shared prefix, then its own tokens
+                context = context[:int(rng.integers(0, len(context)))]
+            context = context + [int(t) for t in rng.integers(0, 4, int(rng.integers(1, 6)))]
+            cache.sync(list(context))
+            ends = [*cache.chunks[1:], len(cache.tokens)]
+            want = Counter(pair for start, end in zip(cache.chunks, ends, strict=True)
+                           for pair in _chunk_grams(cache.tokens, start, end))
+            got = Counter({(gram, token): n for gram, part in cache.counts.items() for token, n in part.items()})
+            assert cache.tokens == context and not cache.reopened and got == want
+    grown = ContextCache()
+    grown.sync([1, 2, 3])
+    grown.sync([1, 2, 3, 1, 2])  # the n-grams spanning the two calls ((3, 1), (2, 3, 1), ...) are never counted
+    assert (3,) not in grown.counts and (2, 3) not in grown.counts and grown.counts[(1,)] == {2: 2}
