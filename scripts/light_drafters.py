@@ -26,11 +26,18 @@ TASKS = {"edit": ROOT / "evals/examples/edit_code.toml", "open-ended": ROOT / "e
 RULES = ["strict", "cactus:1", "mentored:0.7", "typical:0.09"]  # the paper's knobs
 
 
+KEYED = ("ngram-simple", "ngram-map", "ngram-map-k4v", "ngram-mod")  # the kinds --ngram-size-n keys
+
+
 def drafters(ngram_kind: str, key: int, draft_max: int) -> dict[str, tuple[list[str], int]]:
     """Each drafter with its flags and N: the model at 3 (bench's best N for this pair), the model-free ones at
-    --draft-max, the n-gram kind with a key of ``key`` tokens (llama.cpp's 12 finds little in a short function)."""
-    ngram = ["--draft-kind", ngram_kind, "--ngram-size-n", str(key)]
-    return {"0.5B model": (["--draft-kind", "model"], 3), f"{ngram_kind} (n={key})": (ngram, draft_max),
+    --draft-max with their drafts cut by price (the default --draft-cut auto: N is the longest a round verifies),
+    a keyed n-gram kind with a key of ``key`` tokens (llama.cpp's 12 finds little in a short function)."""
+    if ngram_kind in KEYED:
+        ngram, label = ["--draft-kind", ngram_kind, "--ngram-size-n", str(key)], f"{ngram_kind} (n={key})"
+    else:
+        ngram, label = ["--draft-kind", ngram_kind], ngram_kind
+    return {"0.5B model": (["--draft-kind", "model"], 3), label: (ngram, draft_max),
             "suffix": (["--draft-kind", "suffix"], draft_max)}
 
 
@@ -82,10 +89,11 @@ def table(rows: list[tuple[str, str, dict]]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=8, help="problems per task (default 8)")
-    parser.add_argument("--draft-max", type=int, default=3,
-                        help="N for the model-free drafters (default 3, bench's best on the edit workload here)")
-    parser.add_argument("--ngram-size-n", type=int, default=4, help="the n-gram kind's key (default 4)")
-    parser.add_argument("--ngram-kind", default="ngram-simple", help="the n-gram kind (default ngram-simple)")
+    parser.add_argument("--draft-max", type=int, default=8,
+                        help="N for the model-free drafters, the longest draft a round verifies (default 8)")
+    parser.add_argument("--ngram-size-n", type=int, default=4, help="a keyed n-gram kind's key (default 4)")
+    parser.add_argument("--ngram-kind", default="ngram-cache", help="the n-gram kind (default ngram-cache, the "
+                        "best on the edit workload here)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs/results/light_drafters")
     parser.add_argument("--only-table", action="store_true", help="run nothing: rebuild the table from --out")
     args = parser.parse_args()
@@ -93,7 +101,7 @@ def main() -> int:
     for task_name, task in TASKS.items():
         for drafter, (flags, draft_max) in drafters(args.ngram_kind, args.ngram_size_n, args.draft_max).items():
             slug = drafter.replace("0.5B model", "05B").replace(" (n=", "-n").replace(")", "")
-            folder = args.out / f"{task_name}-{slug}"  # edit-05B, edit-ngram-simple-n4, edit-suffix
+            folder = args.out / f"{task_name}-{slug}"  # edit-05B, edit-ngram-cache, edit-suffix
             if not args.only_table:
                 try:
                     run_eval(task, flags, folder, args.limit, draft_max)

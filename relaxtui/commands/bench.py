@@ -28,7 +28,9 @@ from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.costmodel.measure import hardware_description, printable
 from relaxtui.costmodel.profiles import load_profile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE
+from relaxtui.costmodel.verify_prices import verify_prices
 from relaxtui.decoding.config import DRAFT_CUTS, GenerationConfig
+from relaxtui.decoding.draft_cut import cuts_drafts
 from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
@@ -76,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "alone and strict at the best N (--ctx-size is per sequence)")
     parser.add_argument("--draft-cut", choices=DRAFT_CUTS, default="auto",
                         help="priced: each round verifies only the part of its draft that pays at this machine's "
-                             "v(k) (measured first), N being the longest; none: every draft whole; auto: priced for "
-                             "a drafter that runs no model (docs/method.md#priced-drafts)")
+                             "verify prices (measured once, cached), N being the longest; none: every draft whole; "
+                             "auto: priced for a drafter that runs no model (docs/method.md#priced-drafts); "
+                             "--parallel verifies drafts whole")
     parser.set_defaults(draft_p_min=0.0)
 
 
@@ -114,11 +117,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         assert pair.drafter is not None  # --drafter none was refused above
         prompts = tokens_of(pair.verifier, source)
+        prices: tuple[float, ...] = ()
+        if cuts_drafts(args.draft_cut, pair.drafter.traits.holds_model):  # the prices every face cuts drafts by
+            prices = verify_prices(pair, args.draft_max + 1, threads=options.threads, gpu_layers=options.gpu_layers,
+                                   log=lambda line: print(line, file=sys.stderr, flush=True))
         with ProgressDisplay("bench", enabled=not args.json) as progress:  # a terminal's stderr only
             result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.draft_max, max_tokens=args.max_tokens,
                                sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
-                               profiles=profiles, rows=args.rows, draft_cut=args.draft_cut,
-                               progress=progress.step)
+                               profiles=profiles, rows=args.rows, verify_prices=prices, progress=progress.step)
     finally:
         pair.close()
     result = replace(result, settings={**result.settings, "prompts_from": source.source})

@@ -27,7 +27,6 @@ from relaxtui.costmodel.pricing import BreakEven, break_even, priced_ms, priced_
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE, check_runs, wall_vs_predicted_problem
 from relaxtui.decoding.config import GenerationConfig
-from relaxtui.decoding.draft_cut import cuts_drafts
 from relaxtui.decoding.drafting import Drafter
 from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import generate
@@ -279,11 +278,11 @@ def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
 def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence[int]], *, n_max: int = 5,
               max_tokens: int = 96, sampling: SamplingParams | None = None, seed: int = 0, repeats: int = 8,
               passes: int = 2, profiles: Sequence[CostProfile] = (), rows: str = "candidates",
-              draft_cut: str = "auto", progress: OnStep = no_steps) -> BenchResult:
+              verify_prices: tuple[float, ...] = (), progress: OnStep = no_steps) -> BenchResult:
     """``rows``: "candidates" (the engine hands the top k where the sampling and rule allow: the loop's default),
     "whole" (every row whole, the reference), or "both" (each N run on each, interleaved: the side-by-side).
-    ``draft_cut``: priced drafting (``GenerationConfig.draft_cut``) priced by the v(k) this bench measures first;
-    where it cuts, each N is the longest draft a round may verify.
+    ``verify_prices``: priced drafting (docs/method.md#priced-drafts) at these prices, each N then the longest draft
+    a round may verify; empty: every draft verified whole.
     ``progress`` gets each step as it starts (the curve, the warm-up, every calibration and run, every re-run)."""
     sampling = sampling or SamplingParams(temperature=0.0)
     whole_rows = rows == "whole"
@@ -291,8 +290,7 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     steps = StepCounter(2 + passes * len(prompts) * per_prompt, progress)
     steps.start("timing the raw verify-cost curve v(k)")
     curve = verify_curve(verifier, n_max + 1, repeats=max(3, repeats // 2))
-    priced = cuts_drafts(draft_cut, drafter.traits.holds_model)
-    policy, prices = ("priced", tuple(curve)) if priced else ("none", ())
+    policy, prices = ("priced", verify_prices) if verify_prices else ("none", ())
     steps.start("warm-up")
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=0, max_tokens=8, sampling=sampling), None)
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=min(2, n_max), max_tokens=8, sampling=sampling),

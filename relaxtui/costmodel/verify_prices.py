@@ -1,12 +1,14 @@
 """The verify prices priced drafting reads (docs/method.md#priced-drafts): v(1..K), what a verify batch of k tokens
 costs in single verifier steps, for this verifier on this machine.
 
-Measured where the models run, once: k = 1..min(N + 1, ``MEASURED_BLOCKS``) timed round-robin after a short prompt
-(the self-checking timer: warm-up, outliers dropped, re-measured while too wide), a few seconds on a CPU. Kept in
+Measured where the models run, once: k = 1..``MEASURED_BLOCKS`` timed round-robin after a short prompt (the
+self-checking timer: warm-up, outliers dropped, re-measured while too wide), about 15 s on a 2-core CPU. Every N
+reads the same measurement, cut or extended (past the measured blocks each further token is priced at the measured
+average cost of one), so a seed gives the same drafts in every face and at every N on one machine. Kept in
 ``$RELAXTUI_CACHE/profiles/`` under everything that changes it (the verifier file, threads, GPU layers, the
-hardware, the relaxtui and llama-cpp-python versions), and in the process per loaded verifier, so a face measures
-at most once and a seed gives the same drafts run after run on one machine. A measurement that stayed unstable is
-used, not kept. Past the measured blocks each further token is priced at the measured average cost of one.
+hardware, the relaxtui and llama-cpp-python versions), and in the process per loaded verifier. A measurement that
+stayed unstable is used, not kept. Measured on one sequence: a batch of K sequences (``--parallel``) is priced as
+one sequence's verify blocks.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from relaxtui.session import LoadedPair, ModelOptions
 MEASURED_BLOCKS = 17  # the largest verify block timed (16 drafts); longer ones are extrapolated
 CONTEXT = 128  # prompt tokens before the timed blocks (attention over a typical prompt), ids 100.. in the vocabulary
 REPEATS = 3
-PREFETCHED_DRAFT = 8  # a face that cannot wait mid-generation (chat, serve) measures up to this N at load
 _known: weakref.WeakKeyDictionary[Model, tuple[float, ...]] = weakref.WeakKeyDictionary()
 
 
@@ -44,8 +45,10 @@ def extend(prices: tuple[float, ...], blocks: int) -> tuple[float, ...]:
 
 
 def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], bool]:
-    """(v(1..blocks), stable): each block of k tokens timed after ``CONTEXT`` tokens on sequence 0, left empty."""
-    context = [(100 + i) % verifier.n_vocab for i in range(CONTEXT)]
+    """(v(1..blocks), stable): each block of k tokens timed after up to ``CONTEXT`` tokens on sequence 0 (fewer in a
+    small context: the context and the largest block must fit), left empty."""
+    blocks = max(1, min(blocks, verifier.n_ctx - 2))
+    context = [(100 + i) % verifier.n_vocab for i in range(max(1, min(CONTEXT, verifier.n_ctx - blocks - 1)))]
     verifier.clear(0)
     verifier.decode(0, context)
     back = rewinder(verifier)
@@ -63,49 +66,58 @@ def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], boo
     return prices, all(t.stable for t in timings)
 
 
-def _cached(path: Path, blocks: int) -> tuple[float, ...] | None:
+def _cached(path: Path) -> tuple[float, ...] | None:
     try:
         data = json.loads(read_regular_bytes(path, 1 << 16, "verify prices"))
         prices = tuple(float(p) for p in data["prices"])
         check_prices(prices)
     except (OSError, UserError, ValueError, KeyError, TypeError, json.JSONDecodeError):
         return None  # absent, damaged or foreign: measured over
-    return prices if len(prices) >= blocks else None
+    return prices if len(prices) > 1 else None
+
+
+def known_prices(pair: LoadedPair) -> tuple[float, ...] | None:
+    """The prices this process holds for ``pair``'s verifier (None: not measured or read yet)."""
+    return _known.get(pair.verifier)
 
 
 def verify_prices(pair: LoadedPair, blocks: int, *, threads: int | None, gpu_layers: int,
                   log: Callable[[str], None] = lambda line: None) -> tuple[float, ...]:
     """v(1..``blocks``) for ``pair``'s verifier: this process's, the cache's, or measured now (``log`` says so)."""
-    measured = min(blocks, MEASURED_BLOCKS)
     known = _known.get(pair.verifier)
-    if known is not None and len(known) >= measured:
-        return extend(known, blocks)
-    key = {"kind": "verify-prices", "verifier": profile_cache.file_identity(pair.verifier_path), "threads": threads,
-           "gpu_layers": gpu_layers, "blocks": measured, "hardware": hardware_description(),
-           **profile_cache.versions()}
-    path = profile_cache.cache_path(key)
-    prices = _cached(path, measured)
-    if prices is None:
-        log(f"measuring this machine's verify costs for priced drafting (blocks of 1..{measured} tokens, once)…")
-        prices, stable = measure_prices(pair.verifier, measured)
-        if stable:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(path, json.dumps({"prices": list(prices), "key": key}, sort_keys=True))
-            except OSError:  # a read-only cache only costs the next start its measurement
-                pass
-    _known[pair.verifier] = prices
-    return extend(prices, blocks)
+    if known is None:
+        key = {"kind": "verify-prices", "verifier": profile_cache.file_identity(pair.verifier_path),
+               "threads": threads, "gpu_layers": gpu_layers, "blocks": MEASURED_BLOCKS,
+               "hardware": hardware_description(), **profile_cache.versions()}
+        path = profile_cache.cache_path(key)
+        known = _cached(path)
+        if known is None:
+            log("measuring this machine's verify costs for priced drafting (blocks of 1.."
+                f"{MEASURED_BLOCKS} tokens, once; about 15 s on a 2-core CPU)…")
+            known, stable = measure_prices(pair.verifier, MEASURED_BLOCKS)
+            if stable:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    write_atomic(path, json.dumps({"prices": list(known), "key": key}, sort_keys=True))
+                except OSError:  # a read-only cache only costs the next start its measurement
+                    pass
+        _known[pair.verifier] = known
+    return extend(known, blocks)
 
 
-def pricer(pair: LoadedPair, options: ModelOptions, log: Callable[[str], None] = lambda line: None) -> Pricer:
+def pricer(pair: LoadedPair, options: ModelOptions, log: Callable[[str], None] = lambda line: None, *,
+           measure: bool = True) -> Pricer:
     """How a face that loaded ``pair`` with ``options`` prices its generations' drafts: a config whose ``draft_cut``
-    resolves to priced for the drafter it runs gets ``verify_prices`` up to its N + 1 (measured at most once)."""
+    resolves to priced for the drafter it runs gets ``verify_prices`` up to its N + 1 (measured at most once).
+    ``measure=False``: a face that decodes other sequences meanwhile (serve) never measures here; it measured at
+    load (``verify_prices``), and without prices a draft is verified whole."""
 
     def price(config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
         if drafter is None or config.draft_max == 0 or config.verify_prices:
             return config
         if not cuts_drafts(config.draft_cut, drafter.traits.holds_model):
+            return config
+        if not measure and known_prices(pair) is None:
             return config
         prices = verify_prices(pair, config.draft_max + 1, threads=options.threads, gpu_layers=options.gpu_layers,
                                log=log)

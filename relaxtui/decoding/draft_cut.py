@@ -79,10 +79,11 @@ class KeepOdds:
             out.append(chance)
         return out
 
-    def observe(self, proposal: Sequence[int], emitted: Sequence[int]) -> None:
+    def observe(self, proposal: Sequence[int], emitted: Sequence[int]) -> int:
         """A round ended: the drafter had proposed ``proposal`` (all of it, verified or not) and the round emitted
-        ``emitted``. Each proposed token up to the first one that differs from what was emitted is an outcome;
-        the streak grows by the tokens it got right, or restarts at the first it missed (or did not propose)."""
+        ``emitted``. Each proposed token up to the first one that differs from what was emitted is an outcome; the
+        streak grows by the tokens it got right, and restarts at a miss or when the drafter proposed nothing (a
+        bonus token past a proposal that was all kept is no miss). Returns the tokens it got right."""
         right = 0
         for token, out in zip(proposal, emitted, strict=False):
             b = bucket(self.streak + right)
@@ -91,7 +92,9 @@ class KeepOdds:
                 break
             self.kept[b] += 1
             right += 1
-        self.streak = self.streak + right if right == len(emitted) else 0
+        missed = right < min(len(proposal), len(emitted))
+        self.streak = 0 if missed or not proposal else self.streak + right
+        return right
 
     def cut(self, n: int, prices: Sequence[float]) -> int:
         """How many of a proposal of n tokens to verify (``priced_length`` over this sequence's chances)."""

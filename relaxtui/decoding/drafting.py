@@ -117,7 +117,8 @@ class Drafter(Protocol):
     def begin(self, seq: int, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
               should_stop: Callable[[], bool] = ...) -> bool: ...  # False: stopped during its prefill
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]: ...  # one Draft per request, in order
-    def accept(self, seq: int, n_accepted: int) -> None: ...  # the last verify batch kept n_accepted drafts
+    def accept(self, seq: int, n_accepted: int) -> None: ...  # the last verify batch kept n_accepted drafts (a
+    # drafter that holds no model, its drafts cut by price: the proposed tokens the round confirmed, verified or not)
     # (q, raw logits) at N+1; no raw logits (None) where the drafter's rows were candidates
     def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]: ...
     def step(self, seq: int, context: Sequence[int]) -> None: ...  # one raw model step after context (timed: c_rel)

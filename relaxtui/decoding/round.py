@@ -196,18 +196,18 @@ def draft_all(slots: Sequence[Slot]) -> None:
                 slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
             if slot.odds is not None:  # priced drafting: every proposed token is an outcome, verified or not
                 slot.proposal = slot.draft or draft
-                slot.draft = _cut(slot.odds, slot.draft, slot.config.verify_prices)
+                slot.draft = _cut(slot.odds, slot.draft, slot.config.verify_prices, slot.config.draft_min)
     for slot in slots:
         _checkpoint(slot)
 
 
-def _cut(odds: KeepOdds, draft: Draft | None, prices: Sequence[float]) -> Draft | None:
+def _cut(odds: KeepOdds, draft: Draft | None, prices: Sequence[float], draft_min: int) -> Draft | None:
     """Priced drafting: the prefix of the draft that this machine's verify prices say pays (None: a plain verifier
-    step)."""
+    step, as for a cut shorter than --draft-min)."""
     if draft is None:
         return None
     n = odds.cut(len(draft.tokens), prices)
-    return draft if n == len(draft.tokens) else draft.first(n) if n else None
+    return draft if n == len(draft.tokens) else draft.first(n) if n >= max(draft_min, 1) else None
 
 
 def _whole_rows(slot: Slot) -> bool:
@@ -236,12 +236,17 @@ def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     drafter = slot.drafter
     emitted = accept_draft(slot.draft, target_logits, slot.acceptance, slot.accept_rng, _bonus_step(slot))
     n_accepted = len(emitted) - 1
+    told = n_accepted
     if slot.odds is not None:
-        slot.odds.observe(slot.proposal.tokens if slot.proposal is not None else (), [e.token_id for e in emitted])
+        right = slot.odds.observe(slot.proposal.tokens if slot.proposal is not None else (),
+                                  [e.token_id for e in emitted])
+        if drafter is not None and not drafter.traits.holds_model:
+            told = right  # a lookup learns how good its proposal was (ngram-map's next length, ngram-mod's streak):
+            # the tokens the round confirmed, not only those the price let it verify
     slot.round_logprobs = [item.logp_x for item in emitted]  # from the rows the rule already read
     _keep(slot, slot.base + 1 + n_accepted)
     if drafter is not None:
-        drafter.accept(slot.seq, n_accepted)
+        drafter.accept(slot.seq, told)
     return emitted
 
 

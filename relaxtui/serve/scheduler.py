@@ -175,16 +175,17 @@ class Scheduler:
         return None if self.profile is None else self.profile.name
 
     def _pricer(self, pair: ServedPair) -> Pricer:
-        """How requests' drafts are priced: by this machine's verify costs, measured now (or read from the cache)
-        for the server's N and at least 8, so the first request waits for nothing; the fake pair's are never cut."""
+        """How requests' drafts are priced: by this machine's verify costs, measured now (or read from the cache),
+        before any sequence runs: a request never measures (it would decode beside the batch); the fake pair's drafts
+        are never cut."""
         loaded, options = pair.loaded, pair.options
         if loaded is None or options is None or self.settings.draft_cut == "none":
             return unpriced
-        from relaxtui.costmodel.verify_prices import PREFETCHED_DRAFT, pricer, verify_prices
+        from relaxtui.costmodel.verify_prices import pricer, verify_prices
 
-        verify_prices(loaded, max(self.settings.draft_max, PREFETCHED_DRAFT) + 1, threads=options.threads,
-                      gpu_layers=options.gpu_layers, log=self.log)
-        return pricer(loaded, options, log=self.log)
+        verify_prices(loaded, self.settings.draft_max + 1, threads=options.threads, gpu_layers=options.gpu_layers,
+                      log=self.log)
+        return pricer(loaded, options, log=self.log, measure=False)
 
     def _resolve_profile(self, pair: ServedPair) -> CostProfile:
         """The profile that prices responses: a shipped name or file, or ``this-machine`` measured now — the

@@ -258,17 +258,18 @@ class LlamaChatEngine(ChatEngine):
         costs = calibrate(self.verifier, self.drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(),
                           repeats=2)
         if self.drafter is not None and self.pair is not None:  # priced drafting's verify prices, now, not mid-turn
-            from relaxtui.costmodel.verify_prices import PREFETCHED_DRAFT, pricer
+            from relaxtui.costmodel.verify_prices import pricer
 
-            pricer(self.pair, self.options, log=progress)(GenerationConfig(draft_max=PREFETCHED_DRAFT), self.drafter)
+            pricer(self.pair, self.options, log=progress)(GenerationConfig(draft_max=1), self.drafter)
         return costs
 
     def price(self, config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
-        """Measured once per verifier (cached on disk too), for every drafter the chat switches to."""
+        """Measured at load or at a drafter switch (``_measure``, with progress), never mid-turn: once per verifier
+        (cached on disk too), for every drafter the chat switches to."""
         from relaxtui.costmodel.verify_prices import pricer
 
         assert self.pair is not None, "load() comes first"
-        return pricer(self.pair, self.options)(config, drafter)
+        return pricer(self.pair, self.options, measure=False)(config, drafter)
 
     def drafter_choices(self) -> list[str]:
         from relaxtui.models.store import list_models

@@ -54,30 +54,34 @@ def test_prices_are_measured_once_kept_and_read_back(pair, monkeypatch):
 
     monkeypatch.setattr(vp, "measure_prices", counting)
     first = vp.verify_prices(pair, 5, threads=2, gpu_layers=0, log=said.append)
-    assert len(first) == 5 and first[0] == 1.0 and all(p > 0 for p in first) and measured == [5]
+    blocks = vp.MEASURED_BLOCKS
+    assert len(first) == 5 and first[0] == 1.0 and all(p > 0 for p in first) and measured == [blocks]
     assert len(said) == 1 and "verify costs" in said[0]
-    assert vp.verify_prices(pair, 4, threads=2, gpu_layers=0) == first[:4] and measured == [5]  # this process's
+    assert vp.verify_prices(pair, 4, threads=2, gpu_layers=0) == first[:4] and measured == [blocks]  # this process's
+    whole = vp.verify_prices(pair, 40, threads=2, gpu_layers=0)  # every N reads the one measurement, extended
+    assert len(whole) == 40 and whole[:5] == first and measured == [blocks]
     monkeypatch.setattr(vp, "_known", type(vp._known)())  # a new process: read from the cache, not measured
-    assert vp.verify_prices(pair, 5, threads=2, gpu_layers=0, log=said.append) == first and measured == [5]
+    assert vp.verify_prices(pair, 5, threads=2, gpu_layers=0, log=said.append) == first and measured == [blocks]
+    assert len(said) == 1
     (stored,) = (pair.verifier_path.parent / "cache" / "profiles").glob("*.json")
-    assert json.loads(stored.read_text())["prices"] == list(first)
+    assert json.loads(stored.read_text())["prices"][:5] == list(first)
     monkeypatch.setattr(vp, "_known", type(vp._known)())
     vp.verify_prices(pair, 5, threads=1, gpu_layers=0)
-    assert measured == [5, 5]  # another thread count: another key
+    assert measured == [blocks, blocks]  # another thread count: another key
 
 
 def test_a_damaged_cache_is_measured_over_and_an_unstable_measurement_is_not_kept(pair, monkeypatch):
-    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.4, 1.8)[:blocks], False))
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.4, 1.8), False))
     assert vp.verify_prices(pair, 3, threads=None, gpu_layers=0) == (1.0, 1.4, 1.8)
     folder = pair.verifier_path.parent / "cache" / "profiles"
     assert not folder.exists() or not list(folder.glob("*.json"))  # unstable: used, not kept
-    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.2, 1.3)[:blocks], True))
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.2, 1.3), True))
     monkeypatch.setattr(vp, "_known", type(vp._known)())
     vp.verify_prices(pair, 3, threads=None, gpu_layers=0)
     (stored,) = folder.glob("*.json")
     stored.write_text('{"prices": [2.0, "x"]}')
     monkeypatch.setattr(vp, "_known", type(vp._known)())
-    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.25, 1.5)[:blocks], True))
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: ((1.0, 1.25, 1.5), True))
     assert vp.verify_prices(pair, 3, threads=None, gpu_layers=0) == (1.0, 1.25, 1.5)
 
 
@@ -107,3 +111,17 @@ def test_a_runs_identity_names_the_cut_only_where_it_cuts(kind, cut, named):
     options = ModelOptions(drafter="d.gguf" if kind == "model" else None, draft_kind=kind)
     identity = RunIdentity.of(task, options, EvalPlan(draft_cut=cut), thinking=None, data=None)
     assert identity.settings.get("draft_cut") == ("priced" if named else None)
+
+
+def test_a_small_context_measures_what_fits_and_a_pricer_that_must_not_measure_never_does(pair, monkeypatch):
+    small = fake(cycle_table(), n_ctx=16)
+    prices, _ = vp.measure_prices(small, vp.MEASURED_BLOCKS)  # 14 blocks after one token: all that fits in 16
+    assert len(prices) == 14 and prices[0] == 1.0
+    ngram = make_drafter(DrafterOptions(kind="suffix"), pair.verifier, None)
+    config = GenerationConfig(draft_max=3, sampling=GREEDY)
+    calls = []
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: calls.append(blocks) or ((1.0, 1.5), True))
+    assert vp.pricer(pair, ModelOptions(), measure=False)(config, ngram) is config and calls == []  # none known
+    vp.verify_prices(pair, 2, threads=None, gpu_layers=0)  # measured at load (serve does, before any request)
+    assert vp.pricer(pair, ModelOptions(), measure=False)(config, ngram).verify_prices == (1.0, 1.5, 2.0, 2.5)
+    assert calls == [vp.MEASURED_BLOCKS]

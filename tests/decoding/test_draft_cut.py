@@ -59,17 +59,19 @@ def test_a_hand_computed_cut_on_this_machines_prices():
 
 def test_keep_odds_count_each_proposed_token_up_to_the_first_miss_by_streak_bucket():
     odds = KeepOdds()
-    odds.observe([7, 8, 9], [7, 8, 9, 1])  # three right, then a token it did not propose: a new start
-    assert odds.streak == 0
+    assert odds.observe([7, 8, 9], [7, 8, 9, 1]) == 3  # all three kept, then a bonus it had no token for: no miss
+    assert odds.streak == 3
     assert odds.kept[:3] == [2.0, 2.0, 2.0] and odds.seen[:3] == [3.0, 3.0, 3.0]  # buckets of streaks 0, 1, 2
-    odds.observe([4, 5], [4, 5])  # both right and nothing more emitted: the streak grows
-    assert odds.streak == 2
-    odds.observe([6, 3, 3], [6, 2])  # one right, then a miss (the unverified tail is not an outcome)
+    assert odds.observe([4, 5], [4, 5]) == 2  # both right: the streak grows to 5
+    assert odds.streak == 5
+    assert odds.observe([6, 3, 3], [6, 2]) == 1  # one right, then a miss (the unverified tail is no outcome)
     assert odds.streak == 0
-    assert odds.seen[bucket(2)] == 5.0 and odds.kept[bucket(2)] == 3.0  # streaks 2 and 3 share a bucket: 2 (kept) in
-    # the first call, 2 (kept) and 3 (missed) in this one
-    odds.observe([], [5])  # nothing proposed: no outcome, and the streak starts again
+    assert odds.seen[bucket(5)] == 5.0 and odds.kept[bucket(5)] == 3.0  # streaks 4..7: 3, 4 (kept), 5 (kept), 6
+    # (missed): seen 2 + 3, kept 1 + 2
+    assert odds.observe([], [5]) == 0  # nothing proposed: no outcome, and the streak starts again
     assert odds.streak == 0 and sum(odds.seen) == 2.0 * BUCKETS + 7  # 3 + 2 + 2 outcomes in all
+    odds.observe([1], [1, 2])
+    assert odds.streak == 1
 
 
 def test_chances_multiply_the_rates_of_the_buckets_each_token_will_be_reached_in():
@@ -175,20 +177,49 @@ def test_without_prices_or_with_a_model_drafter_under_auto_nothing_is_cut(markov
 
 def test_strict_with_priced_cuts_emits_the_verifier_distribution(markov_pair):
     """Monte Carlo over seeds, as tests/decoding/test_loop_fake.py: the first two tokens follow the verifier's law
-    when every draft of 3 is cut to 2 (prices make the third token cost more than it yields) and the drafter's q is
-    a real distribution (the priced policy cuts a model drafter too)."""
+    when the cut depends on what came before. At these prices the first round's draft of 3 is cut to 2 (the prior's
+    chances), and after a rejected first token the second round verifies nothing (streak 0 now keeps 1 in 3: j = 2
+    only breaks even), so the second token's round is cut by the first round's outcome. The drafter's q is a real
+    distribution (the priced policy cuts a model drafter too)."""
     target, draft = markov_pair
     verifier, drafter = fake(target), ModelDrafter(fake(draft), VOCAB)
-    prices = (1.0, 1.3, 1.45, 2.5)
-    runs, counts, lengths = 3000, Counter(), Counter()
+    prices = (1.0, 1.4, 1.5, 9.0)
+    runs, counts, first, second = 3000, Counter(), Counter(), Counter()
     for seed in range(runs):
         config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed, draft_cut="priced",
                                   verify_prices=prices)
         events, metrics = run(verifier, config, drafter)
         counts[(events[0].token_id, events[1].token_id)] += 1
-        lengths[metrics.draft_lengths[0]] += 1
-    assert lengths[2] == runs  # the first round is always cut from 3 to 2
+        first[metrics.draft_lengths[0]] += 1
+        if events[0].verdict is Verdict.RESAMPLED:  # the second token came from round 2
+            second[metrics.draft_lengths[1]] += 1
+    assert first[2] == runs and second[0] == sum(second.values()) > 300  # every cut as the prices say
     assert_two_step_law(counts, target, runs)
+
+
+class Recording(Proposer):
+    """A right proposer that records what each round tells it (``accept``)."""
+
+    def __init__(self) -> None:
+        super().__init__(right=True)
+        self.told: list[int] = []
+
+    def accept(self, seq: int, n_accepted: int) -> None:
+        self.told.append(n_accepted)
+
+
+def test_a_lookup_is_told_the_proposed_tokens_the_round_confirmed_not_only_those_it_verified():
+    """ngram-map sizes its next draft, and ngram-mod judges its table, by what accept() tells them: a proposal the
+    price left unverified but the round's token confirmed was right, and must not read as rejected."""
+    drafter = Recording()
+    config = GenerationConfig(draft_max=3, max_tokens=10, sampling=GREEDY, verify_prices=(1.0, 50.0, 60.0, 70.0))
+    _, metrics = run(fake(cycle_table()), config, drafter)
+    assert metrics.drafted == 0  # width costs too much here: every round is a plain verifier step
+    assert drafter.told[:-1] == [1] * (len(drafter.told) - 1) and len(drafter.told) == 10  # each confirmed its first
+    wrong = Recording()
+    wrong.right = False
+    run(fake(cycle_table()), config, wrong)
+    assert set(wrong.told) == {0}
 
 
 class NoExtend(ModelDrafter):

@@ -314,25 +314,37 @@ def test_strict_greedy_with_any_ngram_kind_gives_the_verifier_alone_tokens(kind)
 
 def test_ngram_cache_counts_each_calls_new_tokens_apart_as_speculative_cpp_does():
     """speculative.cpp's ngram-cache counts, at each draft call, the n-grams that lie wholly in the tokens new since
-    the last call; relaxtui's context cache keeps exactly those counts through any run of growing and re-synced
-    contexts (a re-sync reopens the last kept chunk: the new tokens are counted with it)."""
+    the last call. The chunks here follow from the calls alone: a growing context adds a chunk; a re-synced one (a
+    shared prefix, then its own tokens) drops the chunks past the prefix and its new tokens join the last chunk kept,
+    as a fresh drafter would count them. The counts must be exactly those chunks' n-grams, every 1..4-gram before
+    each next token inside one chunk."""
     from collections import Counter
 
-    from relaxtui.decoding.ngram_cache import ContextCache, _chunk_grams
+    from relaxtui.decoding.ngram_cache import ContextCache
+
+    def chunk_grams(tokens, start, end):  # written out again from the definition above, not the drafter's helper
+        return [(tuple(tokens[i - n:i]), tokens[i]) for i in range(start, end) for n in range(1, 5) if i - n >= start]
 
     rng = np.random.default_rng(5)
     for _ in range(200):
-        cache, context = ContextCache(), []
+        cache, context, bounds = ContextCache(), [], []
         for _ in range(int(rng.integers(1, 8))):
-            if context and rng.random() < 0.3:  # another request: a shared prefix, then its own tokens
+            previous = context
+            if context and rng.random() < 0.3:
                 context = context[:int(rng.integers(0, len(context)))]
             context = context + [int(t) for t in rng.integers(0, 4, int(rng.integers(1, 6)))]
+            keep = next((i for i, (a, b) in enumerate(zip(previous, context, strict=False)) if a != b),
+                        min(len(previous), len(context)))
+            if keep < len(previous):
+                bounds = [b for b in bounds if b < keep] or [0]
+            elif len(context) > len(previous):
+                bounds.append(len(previous))
             cache.sync(list(context))
-            ends = [*cache.chunks[1:], len(cache.tokens)]
-            want = Counter(pair for start, end in zip(cache.chunks, ends, strict=True)
-                           for pair in _chunk_grams(cache.tokens, start, end))
+            ends = [*bounds[1:], len(context)]
+            want = Counter(pair for start, end in zip(bounds, ends, strict=True)
+                           for pair in chunk_grams(context, start, end))
             got = Counter({(gram, token): n for gram, part in cache.counts.items() for token, n in part.items()})
-            assert cache.tokens == context and not cache.reopened and got == want
+            assert cache.tokens == context and cache.chunks == bounds and got == want
     grown = ContextCache()
     grown.sync([1, 2, 3])
     grown.sync([1, 2, 3, 1, 2])  # the n-grams spanning the two calls ((3, 1), (2, 3, 1), ...) are never counted

@@ -586,3 +586,41 @@ def test_every_requests_config_carries_the_servers_draft_cut_through_its_pricer(
         loop.close()
     finally:
         scheduler.close()
+
+
+def test_a_server_measures_its_verify_prices_at_load_and_never_while_requests_run(tmp_path, monkeypatch):
+    """The real pricer: measured once before the first request (a request that measured would decode on sequence 0
+    beside the running batch), then every request of any N is priced from that one measurement."""
+    from types import SimpleNamespace
+
+    from relaxtui.costmodel import verify_prices as vp
+    from relaxtui.session import ModelOptions
+
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
+    monkeypatch.setattr(vp, "_known", type(vp._known)())
+    measured = []
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: measured.append(blocks) or
+                        ((1.0, 1.5, 1.9, 1.7), True))
+    model = tmp_path / "v.gguf"
+    model.write_bytes(b"GGUF")
+
+    pair = FakeServedPair(1)  # standing in for a loaded GGUF pair: its models and options, what the pricer reads
+    pair.loaded, pair.options = SimpleNamespace(verifier=pair.verifier, verifier_path=model), ModelOptions()
+    scheduler = Scheduler(lambda: pair, max_queue=4, profile="memory-bound", settings=LoopSettings(draft_max=3),
+                          log=lambda line: None)
+    scheduler.start(wait=True)
+    defaults = Defaults(Speculative("strict", None, 3, "model"), GREEDY, 0, None, None, DRAFT_KINDS)
+    try:
+        assert measured == [vp.MEASURED_BLOCKS]
+        loop = asyncio.new_event_loop()
+        ticket = Ticket(loop, 1, time.monotonic() + WAIT_S)
+        for n in (3, 40):
+            request = parse_request({"prompt": [0], "max_tokens": 4,
+                                     "speculative": {"draft_kind": "suffix", "draft_max": n}},
+                                    chat=False, defaults=defaults, n_vocab=6)
+            (job,) = scheduler.jobs(request, [[0]], ticket, "prompt")
+            assert len(job.config.verify_prices) == n + 1 and job.config.verify_prices[:4] == (1.0, 1.5, 1.9, 1.7)
+        assert measured == [vp.MEASURED_BLOCKS]
+        loop.close()
+    finally:
+        scheduler.close()
