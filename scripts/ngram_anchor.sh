@@ -316,7 +316,9 @@ def run_cpp(prompt, system, extra):
 
     # llama-speculative-simple counts the end-of-generation token it stops at (n_predict += ids.size() before its
     # is_eog check); relaxtui does not emit it. Both decoded it, so count the same text on both sides: a run that
-    # stopped before its budget (-n MAX_TOKENS - 1 stops past MAX_TOKENS - 1) ended on that token.
+    # stopped before its budget (-n MAX_TOKENS - 1 stops past MAX_TOKENS - 1) ended on that token. (Not caught: a
+    # round that accepted drafts past that token counts them too, and a run whose last round both reached the budget
+    # and ended on it; both need a draft past the end of the text, which the edit prompts' runs have not shown.)
     tokens = int(dec.group(1))
     tokens -= 1 if tokens < MAX_TOKENS else 0
     return {"ok": True, "tokens": tokens, "seconds": float(dec.group(2)),
