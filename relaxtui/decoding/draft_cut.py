@@ -9,7 +9,7 @@ a drafter that finds nothing, or is usually wrong, costs nothing (the round is a
 P_i comes from how this sequence's drafts fared so far. The evidence is the drafter's *streak*: how many of the
 tokens just emitted it had proposed, without a miss. A drafter that copies a passage the output restates has a long
 streak and is kept nearly always; one that matched a two-token phrase by chance has none. ``KeepOdds`` counts, per
-streak bucket, how often a proposed token was kept (a Beta(1, 1) prior each), and is told after every round what
+streak bucket, how often a proposed token was kept (a Beta(2, 1) prior each), and is told after every round what
 the proposal was and what was emitted, including the proposed tokens the cut did not verify: the emitted tokens say
 whether they would have been kept (at greedy exactly; when sampling, the token the verifier emitted is the one a
 strict round keeps with the same probability). It depends on tokens alone, so a seed gives the same drafts.
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from relaxtui.decoding.drafting import Drafter
 
 BUCKETS = 7  # streaks 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
-PRIOR_KEPT, PRIOR_SEEN = 1.0, 2.0  # Beta(1, 1): an unseen bucket is a coin flip
+PRIOR_KEPT, PRIOR_SEEN = 2.0, 3.0  # Beta(2, 1): an unseen bucket keeps two in three (docs/method.md#priced-drafts)
 
 
 def bucket(streak: int) -> int:

@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 
 from relaxtui.decoding.config import GenerationConfig
-from relaxtui.decoding.draft_cut import BUCKETS, KeepOdds, bucket, check_prices, cuts_drafts, priced_length
+from relaxtui.decoding.draft_cut import (
+    BUCKETS,
+    PRIOR_KEPT,
+    PRIOR_SEEN,
+    KeepOdds,
+    bucket,
+    check_prices,
+    cuts_drafts,
+    priced_length,
+)
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
 from relaxtui.decoding.events import Finished, TokenEvent, Verdict
@@ -61,15 +70,15 @@ def test_keep_odds_count_each_proposed_token_up_to_the_first_miss_by_streak_buck
     odds = KeepOdds()
     assert odds.observe([7, 8, 9], [7, 8, 9, 1]) == 3  # all three kept, then a bonus it had no token for: no miss
     assert odds.streak == 3
-    assert odds.kept[:3] == [2.0, 2.0, 2.0] and odds.seen[:3] == [3.0, 3.0, 3.0]  # buckets of streaks 0, 1, 2
+    assert odds.kept[:3] == [PRIOR_KEPT + 1] * 3 and odds.seen[:3] == [PRIOR_SEEN + 1] * 3  # streaks 0, 1, 2
     assert odds.observe([4, 5], [4, 5]) == 2  # both right: the streak grows to 5
     assert odds.streak == 5
     assert odds.observe([6, 3, 3], [6, 2]) == 1  # one right, then a miss (the unverified tail is no outcome)
     assert odds.streak == 0
-    assert odds.seen[bucket(5)] == 5.0 and odds.kept[bucket(5)] == 3.0  # streaks 4..7: 3, 4 (kept), 5 (kept), 6
-    # (missed): seen 2 + 3, kept 1 + 2
+    assert odds.seen[bucket(5)] == PRIOR_SEEN + 3 and odds.kept[bucket(5)] == PRIOR_KEPT + 2  # streaks 4..7: 4
+    # (kept), 5 (kept), 6 (missed)
     assert odds.observe([], [5]) == 0  # nothing proposed: no outcome, and the streak starts again
-    assert odds.streak == 0 and sum(odds.seen) == 2.0 * BUCKETS + 7  # 3 + 2 + 2 outcomes in all
+    assert odds.streak == 0 and sum(odds.seen) == PRIOR_SEEN * BUCKETS + 7  # 3 + 2 + 2 outcomes in all
     odds.observe([1], [1, 2])
     assert odds.streak == 1
 
@@ -146,7 +155,7 @@ def test_a_drafter_that_is_always_wrong_soon_drafts_nothing_and_the_output_is_th
     events, metrics = run(verifier, config, Proposer(right=False))
     alone, _ = run(verifier, GenerationConfig(draft_max=0, max_tokens=40, sampling=GREEDY), None)
     assert [e.token_id for e in events] == [e.token_id for e in alone]
-    assert metrics.accepted == 0 and metrics.drafted <= 6  # a few tries, then nothing: 40 rounds of one token
+    assert metrics.accepted == 0 and sum(1 for n in metrics.draft_lengths if n) <= 4  # a few tries, then nothing
     uncut, _ = run(verifier, GenerationConfig(draft_max=4, max_tokens=40, sampling=GREEDY, draft_cut="none",
                                               verify_prices=CPU), Proposer(right=False))
     assert sum(1 for e in uncut if e.verdict is Verdict.RESAMPLED) == 39  # the guard: uncut, every round but the last
@@ -178,12 +187,12 @@ def test_without_prices_or_with_a_model_drafter_under_auto_nothing_is_cut(markov
 def test_strict_with_priced_cuts_emits_the_verifier_distribution(markov_pair):
     """Monte Carlo over seeds, as tests/decoding/test_loop_fake.py: the first two tokens follow the verifier's law
     when the cut depends on what came before. At these prices the first round's draft of 3 is cut to 2 (the prior's
-    chances), and after a rejected first token the second round verifies nothing (streak 0 now keeps 1 in 3: j = 2
-    only breaks even), so the second token's round is cut by the first round's outcome. The drafter's q is a real
-    distribution (the priced policy cuts a model drafter too)."""
+    chances, 2/3 a token), and after a rejected first token the second round verifies nothing (streak 0 now keeps 2 in
+    4: no prefix beats a plain step), so the second token's round is cut by the first round's outcome. The drafter's
+    q is a real distribution (the priced policy cuts a model drafter too)."""
     target, draft = markov_pair
     verifier, drafter = fake(target), ModelDrafter(fake(draft), VOCAB)
-    prices = (1.0, 1.4, 1.5, 9.0)
+    prices = (1.0, 1.6, 1.85, 9.0)
     runs, counts, first, second = 3000, Counter(), Counter(), Counter()
     for seed in range(runs):
         config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed, draft_cut="priced",
