@@ -89,7 +89,12 @@ def main() -> int:
     parser.add_argument("--prices", help="v(1..K) in verifier steps, comma-separated (default: measured here)")
     parser.add_argument("--kinds", nargs="+", default=["ngram-cache", "suffix"])
     parser.add_argument("--n", type=int, default=8, help="the longest draft (default 8)")
+    parser.add_argument("--prior", default=f"{draft_cut.PRIOR_KEPT:g},{draft_cut.PRIOR_SEEN:g}",
+                        help="the keep odds' prior as KEPT,SEEN pseudo-counts per bucket (default: the loop's, "
+                             f"{draft_cut.PRIOR_KEPT:g},{draft_cut.PRIOR_SEEN:g}: Beta(2, 1); 1,2 is Beta(1, 1))")
     args = parser.parse_args()
+    kept, seen = (float(x) for x in args.prior.split(","))
+    draft_cut.PRIOR_KEPT, draft_cut.PRIOR_SEEN = kept, seen  # read by every KeepOdds() made after this
     cache = Path(os.environ.get("RELAXTUI_CACHE") or Path.home() / ".cache" / "relaxtui")
     cache.mkdir(parents=True, exist_ok=True)
     data = outputs(cache / "draft_replay_outputs.json")

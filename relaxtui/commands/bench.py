@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="priced: each round verifies only the part of its draft that pays at this machine's "
                              "verify prices (measured once, cached), N being the longest; none: every draft whole; "
                              "auto: priced for a drafter that runs no model (docs/method.md#priced-drafts); "
-                             "--parallel verifies drafts whole")
+                             "--parallel verifies drafts whole (priced is refused there)")
     parser.set_defaults(draft_p_min=0.0)
 
 
@@ -203,6 +203,8 @@ def run_parallel(args: argparse.Namespace) -> int:
     source = prompt_source(args)
     if args.profile or args.save_profile is not None:
         raise UserError("--profile and --save-profile go with the draft-length bench, not --parallel")
+    if args.draft_cut == "priced":  # auto is the default: it leaves --parallel's drafts whole, as it says
+        raise UserError("--draft-cut priced goes with the draft-length bench; --parallel verifies drafts whole")
     options = replace(model_options(args), parallel=max(ks))
     params = sampling(args)
     pair = load_pair(options)

@@ -5,8 +5,9 @@ Measured where the models run, once: k = 1..``MEASURED_BLOCKS`` timed round-robi
 self-checking timer: warm-up, outliers dropped, re-measured while too wide), about 15 s on a 2-core CPU. Every N
 reads the same measurement, cut or extended (past the measured blocks each further token is priced at the measured
 average cost of one), so a seed gives the same drafts in every face and at every N on one machine. Kept in
-``$RELAXTUI_CACHE/profiles/`` under everything that changes it (the verifier file, threads, GPU layers, the
-hardware, the relaxtui and llama-cpp-python versions), and in the process per loaded verifier. A measurement that
+``$RELAXTUI_CACHE/profiles/`` under everything that changes it (the verifier file, threads, GPU layers, the blocks
+and context a small context leaves room for, a recurrent verifier's snapshots, the hardware, the relaxtui and
+llama-cpp-python versions), and in the process per loaded verifier. A measurement that
 stayed unstable is used, not kept. Measured on one sequence: a batch of K sequences (``--parallel``) is priced as
 one sequence's verify blocks.
 """
@@ -44,11 +45,18 @@ def extend(prices: tuple[float, ...], blocks: int) -> tuple[float, ...]:
     return prices + tuple(prices[-1] + step * i for i in range(1, blocks - len(prices) + 1))
 
 
-def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], bool]:
-    """(v(1..blocks), stable): each block of k tokens timed after up to ``CONTEXT`` tokens on sequence 0 (fewer in a
-    small context: the context and the largest block must fit), left empty."""
+def measured_shape(verifier: Model, blocks: int) -> tuple[int, int]:
+    """(the largest block, the context before it) that a measurement of ``blocks`` blocks times on ``verifier``:
+    fewer in a small context, where the context and the largest block must fit."""
     blocks = max(1, min(blocks, verifier.n_ctx - 2))
-    context = [(100 + i) % verifier.n_vocab for i in range(max(1, min(CONTEXT, verifier.n_ctx - blocks - 1)))]
+    return blocks, max(1, min(CONTEXT, verifier.n_ctx - blocks - 1))
+
+
+def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], bool]:
+    """(v(1..blocks), stable): each block of k tokens timed after up to ``CONTEXT`` tokens on sequence 0
+    (``measured_shape``), left empty."""
+    blocks, length = measured_shape(verifier, blocks)
+    context = [(100 + i) % verifier.n_vocab for i in range(length)]
     verifier.clear(0)
     verifier.decode(0, context)
     back = rewinder(verifier)
@@ -86,15 +94,17 @@ def verify_prices(pair: LoadedPair, blocks: int, *, threads: int | None, gpu_lay
     """v(1..``blocks``) for ``pair``'s verifier: this process's, the cache's, or measured now (``log`` says so)."""
     known = _known.get(pair.verifier)
     if known is None:
+        measured, context = measured_shape(pair.verifier, MEASURED_BLOCKS)
         key = {"kind": "verify-prices", "verifier": profile_cache.file_identity(pair.verifier_path),
-               "threads": threads, "gpu_layers": gpu_layers, "blocks": MEASURED_BLOCKS,
-               "hardware": hardware_description(), **profile_cache.versions()}
+               "threads": threads, "gpu_layers": gpu_layers, "blocks": measured, "context": context,
+               "snapshots": pair.verifier.rollback_limit, "hardware": hardware_description(),
+               **profile_cache.versions()}
         path = profile_cache.cache_path(key)
         known = _cached(path)
         if known is None:
             log("measuring this machine's verify costs for priced drafting (blocks of 1.."
-                f"{MEASURED_BLOCKS} tokens, once; about 15 s on a 2-core CPU)…")
-            known, stable = measure_prices(pair.verifier, MEASURED_BLOCKS)
+                f"{measured} tokens, once; about 15 s on a 2-core CPU)…")
+            known, stable = measure_prices(pair.verifier, measured)
             if stable:
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)

@@ -157,6 +157,12 @@ class DrafterKind:
         time beside another drafter, and it costs no model step."""
         return not self.model_file and not self.needs_hidden_states
 
+    @property
+    def holds_model(self) -> bool:
+        """Whether drafting decodes a model (its instance's ``DrafterTraits.holds_model`` says the same): what a run
+        decides from it before anything loads (whether ``--draft-cut auto`` cuts) is what the loop then does."""
+        return not self.standalone
+
     def file_of(self, drafter: str | None) -> str | None:
         """The model file a ``--drafter`` value names for this kind (None: it opens none)."""
         if drafter is None or not self.model_file or drafter == self.own_name:

@@ -142,7 +142,9 @@ class BaseDrafter:
 
     def accept(self, seq: int, n_accepted: int) -> None:
         """Told after each verify batch (before the verifier decodes again): ``n_accepted`` drafts were kept, and
-        the verifier's cache holds `last` and them. Nothing to do by default."""
+        the verifier's cache holds `last` and them. A drafter that runs no model, when its drafts are cut by price,
+        is told instead how many of its whole proposal the round confirmed (which may pass what was verified): a
+        count to learn from, never a position in the verifier's cache. Nothing to do by default."""
 
     def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]:
         raise UserError(f"the {self.traits.kind} drafter has no distribution past its draft; use --bonus target "

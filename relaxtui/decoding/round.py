@@ -100,7 +100,7 @@ class Slot:
     saved: object | None = None  # this round: the verifier's state before the verify batch, when its drafts are
     # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
     odds: KeepOdds | None = None  # priced drafting (``draft_cut``): how this sequence's drafts fared; None: off
-    proposal: Draft | None = None  # this round: the drafter's whole proposal, when the price cut it shorter
+    proposal: Draft | None = None  # this round, priced drafting: the drafter's whole proposal (maybe cut)
 
     @cached_property
     def acceptance(self) -> Acceptance:
@@ -196,17 +196,24 @@ def draft_all(slots: Sequence[Slot]) -> None:
                 slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
             if slot.odds is not None:  # priced drafting: every proposed token is an outcome, verified or not
                 slot.proposal = slot.draft or draft
-                slot.draft = _cut(slot.odds, slot.draft, slot.config.verify_prices, slot.config.draft_min)
+                # a drafter that samples may stop early on what it drew (--draft-p-min): its cut is chosen for the
+                # N asked, so whether a position is verified never depends on the token drawn there
+                horizon = slot.n if drafter.traits.has_distribution else None
+                slot.draft = _cut(slot.odds, slot.draft, slot.config.verify_prices, slot.config.draft_min, horizon)
+                if drafter.traits.holds_model:  # its steps past the cut were decoded too: priced as extra steps
+                    slot.extra_steps += len(slot.proposal.tokens) - len(slot.draft_tokens)
     for slot in slots:
         _checkpoint(slot)
 
 
-def _cut(odds: KeepOdds, draft: Draft | None, prices: Sequence[float], draft_min: int) -> Draft | None:
+def _cut(odds: KeepOdds, draft: Draft | None, prices: Sequence[float], draft_min: int,
+         horizon: int | None = None) -> Draft | None:
     """Priced drafting: the prefix of the draft that this machine's verify prices say pays (None: a plain verifier
-    step, as for a cut shorter than --draft-min)."""
+    step, as for a cut shorter than --draft-min), chosen over the draft's own length, or over ``horizon`` tokens
+    and then bounded by the draft (a draft whose length depends on its own sampled tokens)."""
     if draft is None:
         return None
-    n = odds.cut(len(draft.tokens), prices)
+    n = min(odds.cut(horizon or len(draft.tokens), prices), len(draft.tokens))
     return draft if n == len(draft.tokens) else draft.first(n) if n >= max(draft_min, 1) else None
 
 

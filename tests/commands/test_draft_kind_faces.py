@@ -38,6 +38,20 @@ def test_the_standalone_kinds_are_the_factorys_kinds_without_a_file_or_hidden_ro
     assert {k for k, kind in KINDS.items() if kind.has_distribution} == {"model", "mtp"}
 
 
+def test_what_a_kind_declares_before_loading_is_what_its_drafter_says_once_built():
+    """A run's identity and --draft-cut auto read the kind; the loop reads the built drafter's traits."""
+    from relaxtui.decoding.drafters import DrafterOptions, Openers, make_drafter
+    from relaxtui.engine.fake import FakeBackend
+
+    verifier = FakeBackend(lambda context: [0.0] * 8, 8)
+    for name, kind in KINDS.items():
+        if kind.needs_hidden_states:  # mtp: built only on a verifier with hidden rows and an MTP head
+            assert kind.holds_model and kind.has_distribution
+            continue
+        traits = make_drafter(DrafterOptions(kind=name), verifier, Openers(model=lambda _: verifier)).traits
+        assert (traits.holds_model, traits.has_distribution) == (kind.holds_model, kind.has_distribution), name
+
+
 @pytest.mark.parametrize("face", FACES)
 def test_every_face_takes_every_kind_and_refuses_an_unknown_one_at_parse_time(face, capsys):
     for kind in DRAFT_KINDS:
@@ -365,3 +379,48 @@ def test_the_fake_pairs_of_chat_and_serve_build_every_kind_with_the_command_line
         assert (drafter.traits.kind, drafter.size_n, drafter.size_m, drafter.n_min) == ("ngram-mod", 5, 9, 4)
     chat.set_drafter("suffix", lambda text: None)
     assert chat.drafter.settings.depth == served.drafter_for("suffix").settings.depth == 7
+
+
+@pytest.mark.model
+def test_the_llama_chat_engine_measures_verify_prices_at_load_and_never_in_a_turn(tiny, tmp_path, monkeypatch):
+    """chat runs --draft-cut auto: a lookup drafter's turns are priced by prices measured while the chat loads
+    (with its progress line), and a turn only reads them."""
+    from relaxtui.costmodel import verify_prices as vp
+    from relaxtui.decoding.config import GenerationConfig
+    from relaxtui.session import ModelOptions
+    from relaxtui.tui.engine import LlamaChatEngine
+
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
+    monkeypatch.setattr(vp, "_known", type(vp._known)())
+    engine = LlamaChatEngine(ModelOptions(str(tiny.dense), DEFAULT_DRAFTER, draft_kind="ngram-cache", ctx_size=256,
+                                          threads=1))  # a kind that opens no file: --drafter is not read
+    said: list[str] = []
+    engine.load(said.append)
+    assert sum("verify costs" in line for line in said) == 1, said
+    monkeypatch.setattr(vp, "measure_prices", lambda *args: pytest.fail("measured in a turn"))
+    config = engine.price(GenerationConfig(draft_max=8), engine.drafter)
+    assert len(config.verify_prices) == 9 and config.verify_prices[0] == 1.0
+    assert engine.price(GenerationConfig(draft_max=8, draft_cut="none"), engine.drafter).verify_prices == ()
+    engine.close()
+
+
+@pytest.mark.model
+def test_generate_prices_a_lookup_drafters_drafts_measuring_once_per_machine(tiny, tmp_path, monkeypatch, capsys):
+    """--draft-cut auto on generate: measured on the first run (one stderr line), read from the cache after; none
+    verifies every draft whole and measures nothing."""
+    from relaxtui.costmodel import verify_prices as vp
+
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
+    real = vp.measure_prices
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: (real(verifier, blocks)[0], True))  # kept,
+    # however busy the machine (an unstable measurement is used but not kept)
+    argv = ["generate", "a b a b a b a b", "--raw", "-m", str(tiny.dense), "--draft-kind", "ngram-cache",
+            "--draft-max", "8", "--threads", "1", "--ctx-size", "256", "--max-tokens", "12", "--temperature", "0",
+            "--json", "--quiet"]
+    said = []
+    for extra in ([], [], ["--draft-cut", "none"]):
+        monkeypatch.setattr(vp, "_known", type(vp._known)())  # each run a new process
+        assert main([*argv, *extra]) == 0
+        said.append(capsys.readouterr().err.count("measuring this machine's verify costs"))
+    assert said == [1, 0, 0]
+    assert len(list((tmp_path / "profiles").glob("*.json"))) == 1

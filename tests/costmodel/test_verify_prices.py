@@ -68,6 +68,11 @@ def test_prices_are_measured_once_kept_and_read_back(pair, monkeypatch):
     monkeypatch.setattr(vp, "_known", type(vp._known)())
     vp.verify_prices(pair, 5, threads=1, gpu_layers=0)
     assert measured == [blocks, blocks]  # another thread count: another key
+    monkeypatch.setattr(vp, "_known", type(vp._known)())
+    small = replace(pair, verifier=fake(cycle_table(), n_ctx=12))  # the same file in a context of 12 tokens
+    assert len(vp.verify_prices(small, 5, threads=2, gpu_layers=0)) == 5
+    assert measured == [blocks, blocks, 10]  # a context of 12 fits blocks of 10 after 1 token: another key
+    assert vp.measured_shape(small.verifier, blocks) == (10, 1)
 
 
 def test_a_damaged_cache_is_measured_over_and_an_unstable_measurement_is_not_kept(pair, monkeypatch):

@@ -206,6 +206,37 @@ def test_strict_with_priced_cuts_emits_the_verifier_distribution(markov_pair):
     assert_two_step_law(counts, target, runs)
 
 
+def test_strict_stays_lossless_when_a_sampled_draft_stops_early_on_what_it_drew(markov_pair):
+    """--draft-p-min stops a sampled model draft where the drafter is unsure, which here depends on the token it drew
+    first: the draft has one token unless it drew 4 (q(.|4) tops 0.88 > 0.6; every other row < 0.6). At these prices
+    a draft of one is not worth verifying on its own (v(2) = 1.8 > 1 + 2/3) while a longer one is, so a cut chosen
+    from the draft's own length would verify the first token only when it is 4, and emit 4 first 40% of the time
+    instead of the verifier's 30.5%. The cut is chosen for the N asked (2 of 3 here) and bounded by the draft."""
+    target, draft = markov_pair
+    verifier, drafter = fake(target), ModelDrafter(fake(draft), VOCAB, p_min=0.6)
+    prices = (1.0, 1.8, 1.9, 9.0)
+    runs, counts, first = 3000, Counter(), Counter()
+    for seed in range(runs):
+        config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed, draft_cut="priced",
+                                  verify_prices=prices)
+        events, metrics = run(verifier, config, drafter)
+        counts[(events[0].token_id, events[1].token_id)] += 1
+        first[metrics.draft_lengths[0]] += 1
+    assert set(first) == {1, 2} and min(first.values()) > 300  # one-token drafts verified, longer ones cut to 2
+    assert_two_step_law(counts, target, runs)
+
+
+def test_a_model_drafters_steps_past_the_cut_are_priced_as_extra_draft_steps():
+    """It decoded its whole proposal: a round that verifies 2 of 3 paid three drafter steps."""
+    drafter = ModelDrafter(fake(cycle_table()), VOCAB)
+    config = GenerationConfig(draft_max=3, max_tokens=30, sampling=GREEDY, draft_cut="priced",
+                              verify_prices=(1.0, 1.5, 1.8, 9.0))
+    _, metrics = run(fake(cycle_table()), config, drafter)
+    cut = sum(1 for n in metrics.draft_lengths if n == 2)
+    assert cut == metrics.rounds == 10  # three tokens a round
+    assert metrics.extra_draft_steps == cut - 1  # every round's third step but the last's (room for only two there)
+
+
 class Recording(Proposer):
     """A right proposer that records what each round tells it (``accept``)."""
 

@@ -145,6 +145,8 @@ def test_bench_takes_one_source_and_refuses_a_bad_one_before_any_model_loads(cap
     fails_with(capsys, ["bench", "--workload", "nope"], "invalid choice: 'nope'")
     fails_with(capsys, ["bench", "--parallel", "1,2", "--workload", "edit", "--prompt", "x", *absent],
                "two sources of prompts")
+    fails_with(capsys, ["bench", "--parallel", "1,2", "--draft-cut", "priced", *absent],
+               "--draft-cut priced goes with the draft-length bench; --parallel verifies drafts whole")
 
 
 @pytest.mark.model

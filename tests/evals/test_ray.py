@@ -241,3 +241,23 @@ def test_the_mtp_kind_runs_on_an_actor_as_it_does_locally(capsys, tmp_path, tiny
     for key, record in theirs.items():
         assert record["output"] == mine[key]["output"] and record["drafted"] > 0
     assert json.loads((remote / "manifest.json").read_text())["draft_kind"] == "mtp"
+
+
+@pytest.mark.model
+def test_a_lookup_drafters_priced_drafts_run_on_actors_as_they_do_locally(tmp_path, tiny, ray_head, fresh_driver):
+    """--draft-kind ngram-cache cuts its drafts by this node's verify prices, which each actor measures (or reads)
+    in prepare(), one actor at a time before any decodes; greedy, so the tokens are the verifier's either way."""
+    def argv(out):
+        return ["eval", "aime", "--limit", "2", "--max-tokens", "16", "--temperature", "0", "-m", str(tiny.dense),
+                "--draft-kind", "ngram-cache", "--draft-max", "8", "--ctx-size", "1024", "--threads", "1",
+                "--out", str(out)]
+
+    local, remote = priced_already(tmp_path / "local"), tmp_path / "ray"
+    assert main(argv(local)) == 0
+    assert main([*argv(remote), "--ray", ray_head, "--ray-actors", "2"]) == 0
+    mine = {(r["config_id"], r["problem_id"]): r for r in records(local)}
+    theirs = {(r["config_id"], r["problem_id"]): r for r in records(remote)}
+    assert theirs.keys() == mine.keys() and len(mine) == 2
+    for key, record in theirs.items():
+        assert record["output"] == mine[key]["output"]
+        assert all(0 <= k <= 8 for k in record["draft_lengths"])

@@ -51,7 +51,7 @@ class RunIdentity:
         batched = {"parallel": options.parallel} if options.parallel > 1 else {}
         # priced drafting (docs/method.md#priced-drafts) verifies other drafts: named only where a run cuts them, so
         # folders of model drafters from before keep resuming (prices are this machine's, as its timings are)
-        cut = {"draft_cut": "priced"} if cuts_drafts(plan.draft_cut, not kind.standalone) else {}
+        cut = {"draft_cut": "priced"} if cuts_drafts(plan.draft_cut, kind.holds_model) else {}
         settings = {
             **batched, **cut, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
             "drafter": Path(model_drafter).name if model_drafter else options.draft_kind,

@@ -100,17 +100,28 @@ class PairActor:
         from relaxtui.session import load_pair
 
         self.error: str | None = None
+        self.options = options
         try:
             self.pair = load_pair(options)  # with --parallel K, contexts that hold K sequences
             self.tokenize = sample_tokenizer(self.pair.verifier, thinking=thinking)
             self.executor = local_executor(self.pair.verifier, self.pair.drafter, self.tokenize,
-                                           pricer(self.pair, options))
+                                           pricer(self.pair, options, measure=False))  # measured in prepare()
         except UserError as exc:  # e.g. the model is not on this node: said by the driver, with the node
             self.error = str(exc)
 
     def ready(self) -> tuple[str, str | None]:
         """This node's name, and why the pair did not load (None when it did)."""
         return socket.gethostname(), self.error
+
+    def prepare(self, plan: EvalPlan) -> None:
+        """Measure this node's verify prices when the plan cuts this drafter's drafts and they are not known yet:
+        called on one actor at a time while none decodes (actors that share a node would time each other)."""
+        from relaxtui.costmodel.verify_prices import verify_prices
+        from relaxtui.decoding.draft_cut import cuts_drafts
+
+        drafter = self.pair.drafter
+        if drafter is not None and cuts_drafts(plan.draft_cut, drafter.traits.holds_model):
+            verify_prices(self.pair, 2, threads=self.options.threads, gpu_layers=self.options.gpu_layers)
 
     def run(self, task: Task, plan: EvalPlan, units: list[WorkUnit]) -> Iterator[dict[str, Any]]:
         """Each unit's record as it finishes (a Ray generator: streamed to the driver one by one), made by the
@@ -207,6 +218,15 @@ class RayExecutor:
         task_ref, plan_ref = ray.put(task), ray.put(plan)  # shipped once, not with every batch
         queue = deque(units)
         idle = list(self.start())
+        for actor in list(idle):  # one at a time, before any decodes: each node's prices measured unloaded
+            try:
+                ray.get(actor.handle.prepare.remote(plan_ref))
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
+                idle.remove(actor)
+                self._lose(actor, [], exc)
+        if not idle:
+            raise UserError(f"every Ray actor was lost; {len(queue)} unit(s) not run — the records so far are kept, "
+                            "run the same command to resume")
         in_flight: dict[Any, tuple[_Actor, dict[tuple[str, str, int], WorkUnit]]] = {}  # generator -> batch
 
         def submit() -> None:
