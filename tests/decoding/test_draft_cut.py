@@ -191,9 +191,17 @@ def test_strict_with_priced_cuts_emits_the_verifier_distribution(markov_pair):
     4: no prefix beats a plain step), so the second token's round is cut by the first round's outcome. The drafter's
     q is a real distribution (the priced policy cuts a model drafter too)."""
     target, draft = markov_pair
-    verifier, drafter = fake(target), ModelDrafter(fake(draft), VOCAB)
-    prices = (1.0, 1.6, 1.85, 9.0)
-    runs, counts, first, second = 3000, Counter(), Counter(), Counter()
+    runs = 3000
+    counts, first, second = priced_first_two_tokens(fake(target), ModelDrafter(fake(draft), VOCAB),
+                                                    (1.0, 1.6, 1.85, 9.0), runs)
+    assert first[2] == runs and second[0] == sum(second.values()) > 300  # every cut as the prices say
+    assert_two_step_law(counts, target, runs)
+
+
+def priced_first_two_tokens(verifier, drafter, prices, runs) -> tuple[Counter, Counter, Counter]:
+    """Over ``runs`` seeds at N = 3 under priced cuts: the (first, second) token pairs emitted, the first round's
+    verified draft lengths, and the second round's where the second token came from it."""
+    counts, first, second = Counter(), Counter(), Counter()
     for seed in range(runs):
         config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed, draft_cut="priced",
                                   verify_prices=prices)
@@ -202,8 +210,7 @@ def test_strict_with_priced_cuts_emits_the_verifier_distribution(markov_pair):
         first[metrics.draft_lengths[0]] += 1
         if events[0].verdict is Verdict.RESAMPLED:  # the second token came from round 2
             second[metrics.draft_lengths[1]] += 1
-    assert first[2] == runs and second[0] == sum(second.values()) > 300  # every cut as the prices say
-    assert_two_step_law(counts, target, runs)
+    return counts, first, second
 
 
 def test_strict_stays_lossless_when_a_sampled_draft_stops_early_on_what_it_drew(markov_pair):
@@ -213,15 +220,9 @@ def test_strict_stays_lossless_when_a_sampled_draft_stops_early_on_what_it_drew(
     from the draft's own length would verify the first token only when it is 4, and emit 4 first 40% of the time
     instead of the verifier's 30.5%. The cut is chosen for the N asked (2 of 3 here) and bounded by the draft."""
     target, draft = markov_pair
-    verifier, drafter = fake(target), ModelDrafter(fake(draft), VOCAB, p_min=0.6)
-    prices = (1.0, 1.8, 1.9, 9.0)
-    runs, counts, first = 3000, Counter(), Counter()
-    for seed in range(runs):
-        config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed, draft_cut="priced",
-                                  verify_prices=prices)
-        events, metrics = run(verifier, config, drafter)
-        counts[(events[0].token_id, events[1].token_id)] += 1
-        first[metrics.draft_lengths[0]] += 1
+    runs = 3000
+    counts, first, _ = priced_first_two_tokens(fake(target), ModelDrafter(fake(draft), VOCAB, p_min=0.6),
+                                               (1.0, 1.8, 1.9, 9.0), runs)
     assert set(first) == {1, 2} and min(first.values()) > 300  # one-token drafts verified, longer ones cut to 2
     assert_two_step_law(counts, target, runs)
 
