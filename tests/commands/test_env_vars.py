@@ -54,7 +54,7 @@ def test_an_hf_model_name_with_an_invalid_endpoint_is_one_line(monkeypatch, tmp_
         resolve_model("hf:acme/tiny-GGUF:Q4_K_M")
 
 
-@pytest.mark.parametrize("name", ["RELAXTUI_EXTRA_BUFTS", "RELAXTUI_LLAMA_LOG"])
+@pytest.mark.parametrize("name", ["RELAXTUI_EXTRA_BUFTS", "RELAXTUI_LLAMA_LOG", "RELAXTUI_WARMUP"])
 @pytest.mark.parametrize("value", ["yes", "true", "2", "-1", "on", "0x1", "1 1"])
 def test_flags_take_0_or_1_only(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
