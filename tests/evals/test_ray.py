@@ -64,8 +64,10 @@ def free_ports(count):
 
 
 def session_pids(sid):
-    out = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True, check=True).stdout
-    return [int(pid) for pid, s in (line.split() for line in out.splitlines()) if int(s) == sid]
+    """The live processes of session ``sid`` (a zombie is dead already: only its parent's reaping is left)."""
+    out = subprocess.run(["ps", "-eo", "pid=,sid=,stat="], capture_output=True, text=True, check=True).stdout
+    return [int(pid) for pid, s, stat in (line.split()[:3] for line in out.splitlines())
+            if int(s) == sid and not stat.startswith("Z")]
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +106,16 @@ def ray_head(tmp_path_factory):
             head.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        for pid in session_pids(head.pid):  # anything that outlived it is ours (our session): by id
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # anything that outlived it is ours (our session): killed by id, again until none is left, for 10 s at most
+        # (a killed process is listed until the kernel has torn it down, and a dying raylet may start another)
+        deadline = time.monotonic() + 10
+        while (left := session_pids(head.pid)) and time.monotonic() < deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
         head.wait(timeout=10)
         shutil.rmtree(temp, ignore_errors=True)
         assert not session_pids(head.pid), "Ray processes left behind"
