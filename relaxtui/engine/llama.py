@@ -31,7 +31,7 @@ from relaxtui.engine.gguf import read_header
 from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SequenceMemory, Snapshots
 from relaxtui.errors import UserError
 
-WARMUP_ROWS = 9  # the warm-up block: the widest verify of the light drafters' default draft (N = 8) + 1
+WARMUP_MIN_ROWS = 2  # the narrowest warm-up block: llama.cpp's (BOS, EOS)
 
 if TYPE_CHECKING:
     from relaxtui.engine.mtp import HiddenStore
@@ -91,8 +91,10 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         """``rollback_depth``: the longest draft this context will verify and roll back (recurrent-state snapshots
         per sequence on a recurrent/hybrid model; nothing on a transformer). ``mtp``: load the GGUF's MTP (nextn)
         layers and keep each decoded token's nextn hidden row, for ``relaxtui.engine.mtp.MtpHead``. ``warmup``:
-        decode one throwaway verify-wide block at load (``_warm_up``), as llama.cpp's tools do; None: unless
-        ``RELAXTUI_WARMUP=0`` (llama.cpp's ``--no-warmup``)."""
+        decode one throwaway block as wide as the widest verify ``rollback_depth`` announces, at load
+        (``_warm_up``), as llama.cpp's tools warm up; None: unless ``RELAXTUI_WARMUP=0`` (llama.cpp's
+        ``--no-warmup``)."""
+        warm = envvars.flag("RELAXTUI_WARMUP", True) if warmup is None else warmup  # a bad value: before any load
         self.path = Path(path)
         self.header = read_header(self.path)  # clear error for a missing or non-GGUF file
         if n_ctx < 16:
@@ -156,8 +158,9 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         self._outputs_per_seq = min(self.n_batch, MAX_DRAFT + 1)  # the rows a candidate sequence can output at once
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
         self._copied = 0  # whole logits rows and hidden rows copied out of llama.cpp (copied_bytes adds candidates)
-        if envvars.flag("RELAXTUI_WARMUP", True) if warmup is None else warmup:
-            self._warm_up(min(WARMUP_ROWS, self.n_batch, self.n_ctx))
+        self.warmed_rows = 0  # the warm-up block's width: 0 when skipped or refused
+        if warm:
+            self._warm_up(min(max(WARMUP_MIN_ROWS, rollback_depth + 1), self._outputs_per_seq, self.n_ctx))
 
     def _new_context(self, n_ctx: int, n_seq: int, n_batch: int, n_threads: int | None, n_rs_seq: int) -> int:
         threads = n_threads or default_threads()
@@ -261,21 +264,22 @@ class LlamaModel(SequenceMemory, BatchDecoding):
 
     def _warm_up(self, rows: int) -> None:
         """Decode one throwaway block of ``rows`` tokens, every row an output (on candidate rows where this context
-        has them), then forget it. llama.cpp sizes its output buffers, its backend-sampling buffers and its graph at
-        the first batch that needs them: on a CPU that adds 40-60 ms to a generation's first multi-row verify,
-        where a one-shot run of a light drafter pays it in its decode time. llama.cpp's own tools warm up at load
-        (``common_init_from_params``), before their clock starts; this does the same, at load, untimed and
-        uncounted. Best effort: a block llama.cpp refuses leaves nothing behind, and the first real decode says why."""
-        if rows < 1:
-            return
+        has them), then forget it. llama.cpp grows its output buffers, its backend-sampling buffers and its graph at
+        the first batch that needs them: on this 2-core CPU that added 40-60 ms to a generation's first 9-row
+        verify, which a one-shot run of a light drafter pays in its decode time. llama.cpp's own tools decode a
+        (BOS, EOS) block at load (``common_init_from_params``), before their clock starts; this warms as wide as the
+        verifies ``rollback_depth`` announces, at load, untimed and uncounted. Best effort: a block llama.cpp
+        refuses leaves nothing behind (``warmed_rows`` stays 0), and the first real decode says why."""
         token = self.bos if self.bos >= 0 else 0
-        token_at, position_at, wants, _ = self._batch_arrays
-        for j in range(rows):  # sequence 0 (every slot's sequence id is 0 outside a batch that says otherwise)
+        token_at, position_at, wants, seq_at = self._batch_arrays
+        for j in range(rows):
             token_at[j], position_at[j], wants[j] = token, j, 1
+            seq_at[j][0] = 0
         self._batch.n_tokens = rows
         sampled = self.n_seq == 1 and self._candidates.set(0, RowSpec(1))
         try:
-            _llama.llama_decode(self._ctx, self._batch)
+            if _llama.llama_decode(self._ctx, self._batch) == 0:
+                self.warmed_rows = rows
         finally:
             if sampled:
                 self._candidates.set(0, None)
