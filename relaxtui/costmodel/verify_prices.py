@@ -9,31 +9,34 @@ average cost of one), so a seed gives the same drafts in every face and at every
 and context a small context leaves room for, a recurrent verifier's snapshots, the hardware, the relaxtui and
 llama-cpp-python versions), and in the process per loaded verifier. A measurement that
 stayed unstable is used, not kept. Measured on one sequence: a batch of K sequences (``--parallel``) is priced as
-one sequence's verify blocks.
+one sequence's verify blocks. A kept file is read back only when it can be what it claims (``cached``): stored under
+this very key, one price per measured block, each within what a stable timing of a verify batch can give; any other
+is measured over, with one warning line (a cache is not the user's to repair).
 """
 
 from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.costmodel import profile_cache
 from relaxtui.costmodel.measure import hardware_description
+from relaxtui.costmodel.profile_cache import block_price_problem
 from relaxtui.costmodel.timing import measure_many, rewinder
 from relaxtui.decoding.config import GenerationConfig
-from relaxtui.decoding.draft_cut import Pricer, check_prices, cuts_drafts
+from relaxtui.decoding.draft_cut import Pricer, cuts_drafts
 from relaxtui.decoding.drafting import Drafter
 from relaxtui.engine.api import Model
-from relaxtui.errors import UserError
-from relaxtui.files import read_regular_bytes, write_atomic
+from relaxtui.files import FileMissing, FileRefused, read_regular_bytes, write_atomic
 from relaxtui.session import LoadedPair, ModelOptions
 
 MEASURED_BLOCKS = 17  # the largest verify block timed (16 drafts); longer ones are extrapolated
 CONTEXT = 128  # prompt tokens before the timed blocks (attention over a typical prompt), ids 100.. in the vocabulary
 REPEATS = 3
+MAX_FILE_BYTES = 1 << 16  # a kept measurement is well under 1 KiB
 _known: weakref.WeakKeyDictionary[Model, tuple[float, ...]] = weakref.WeakKeyDictionary()
 
 
@@ -74,14 +77,36 @@ def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], boo
     return prices, all(t.stable for t in timings)
 
 
-def _cached(path: Path) -> tuple[float, ...] | None:
+def price_problem(prices: Sequence[object], blocks: int) -> str | None:
+    """Why ``prices`` cannot be a measurement of v(1..``blocks``) on this machine (None: they can): one per block,
+    v(1) = 1 (each is a ratio to it), each v(k) within what a verify block can cost (``block_price_problem``). Not
+    required monotone: a real one is not, and the cut (``draft_cut.priced_length``) needs no order."""
+    if len(prices) != blocks:
+        return f"{len(prices)} prices where {blocks} blocks were measured"
+    if prices[0] != 1.0 or isinstance(prices[0], bool):
+        return f"v(1) is {json.dumps(prices[0])[:40]}, not 1"
+    return next(filter(None, (block_price_problem(k, price) for k, price in enumerate(prices, start=1))), None)
+
+
+def cached(path: Path, key: Mapping[str, object], blocks: int) -> tuple[tuple[float, ...] | None, str | None]:
+    """(the prices of ``blocks`` blocks kept at ``path`` for ``key``, None), or (None, why they cannot be used) for
+    a file that is there but is damaged, edited or another key's; (None, None) for no file."""
     try:
-        data = json.loads(read_regular_bytes(path, 1 << 16, "verify prices"))
-        prices = tuple(float(p) for p in data["prices"])
-        check_prices(prices)
-    except (OSError, UserError, ValueError, KeyError, TypeError, json.JSONDecodeError):
-        return None  # absent, damaged or foreign: measured over
-    return prices if len(prices) > 1 else None
+        raw = read_regular_bytes(path, MAX_FILE_BYTES, "verify prices")
+    except FileMissing:
+        return None, None
+    except FileRefused as exc:
+        return None, exc.reason
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # not UTF-8 or not JSON
+        return None, "not a JSON measurement"
+    if not isinstance(data, dict) or not isinstance(data.get("prices"), list):
+        return None, "not a JSON measurement"
+    if data.get("key") != json.loads(json.dumps(dict(key), sort_keys=True, default=str)):
+        return None, "measured for another verifier, setting or machine than the one it is named for"
+    problem = price_problem(data["prices"], blocks)
+    return (None, problem) if problem is not None else (tuple(float(p) for p in data["prices"]), None)
 
 
 def known_prices(pair: LoadedPair) -> tuple[float, ...] | None:
@@ -100,17 +125,21 @@ def verify_prices(pair: LoadedPair, blocks: int, *, threads: int | None, gpu_lay
                "snapshots": pair.verifier.rollback_limit, "hardware": hardware_description(),
                **profile_cache.versions()}
         path = profile_cache.cache_path(key)
-        known = _cached(path)
+        known, problem = cached(path, key, measured)
+        if problem is not None:
+            log(f"warning: ignoring the kept verify prices {path}: {problem}; measuring them again")
         if known is None:
             log("measuring this machine's verify costs for priced drafting (blocks of 1.."
                 f"{measured} tokens, once; about 15 s on a 2-core CPU)…")
             known, stable = measure_prices(pair.verifier, measured)
-            if stable:
-                try:
+            try:
+                if stable:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    write_atomic(path, json.dumps({"prices": list(known), "key": key}, sort_keys=True))
-                except OSError:  # a read-only cache only costs the next start its measurement
-                    pass
+                    write_atomic(path, json.dumps({"prices": list(known), "key": key}, sort_keys=True, default=str))
+                elif problem is not None:
+                    path.unlink(missing_ok=True)  # not warned about again at every start
+            except OSError:  # a read-only cache only costs the next start its measurement
+                pass
         _known[pair.verifier] = known
     return extend(known, blocks)
 

@@ -215,7 +215,7 @@ class Scheduler:
             self.log("measuring this machine's cost profile (seconds; a minute on a busy machine)…")
             return measure_profile(loaded, plan, prompt)
 
-        found = profile_cache.this_machine(key, measure)
+        found = profile_cache.this_machine(key, measure, log=self.log)
         if found.profile.timing_stable is False:
             self.log("pricing responses with this machine's profile (its timings stayed unstable: rough, not kept)")
         else:

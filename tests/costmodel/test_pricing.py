@@ -245,6 +245,37 @@ def test_this_machine_is_measured_once_then_read_back_and_an_unstable_one_is_not
     assert not profile_cache.this_machine(key, lambda: measure(shaky)).cached and len(measured) == 5  # not kept
 
 
+def test_a_kept_profile_is_read_back_only_for_its_own_key_and_when_it_can_be_a_measurement(tmp_path, monkeypatch):
+    """Issue 47: a kept profile was trusted as written once its fields parsed: a file copied from another pair's key
+    priced this one, and verify_ms of a billion steps was read back. Now each is measured over, with one warning."""
+    import json
+
+    from relaxtui.costmodel import profile_cache
+
+    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
+    measured: list[str] = []
+
+    def measure() -> str:
+        measured.append("measured")
+        return MACHINE.to_json()
+
+    key, other = {"verifier": ["/m/v.gguf", 10, 1], "threads": 1}, {"verifier": ["/m/w.gguf", 20, 2], "threads": 1}
+    first = profile_cache.this_machine(key, measure)
+    target = profile_cache.this_machine(other, measure).path
+    target.write_bytes(first.path.read_bytes())  # another key's file under this key's name
+    said: list[str] = []
+    found = profile_cache.this_machine(other, measure, log=said.append)
+    assert not found.cached and len(measured) == 3 and len(said) == 1 and str(target) in said[0]
+    kept = json.loads(first.path.read_text())
+    profile = kept.get("profile", kept)
+    profile["verify_ms"]["2"] = profile["verifier_ar_ms"] * 1e6  # a block of 2 priced as a million steps
+    first.path.write_text(json.dumps(kept))
+    said.clear()
+    found = profile_cache.this_machine(key, measure, log=said.append)
+    assert not found.cached and found.profile == MACHINE and len(said) == 1 and "v(2)" in said[0]
+    assert profile_cache.this_machine(key, measure).cached and len(measured) == 4  # measured over, kept again
+
+
 def test_serve_prices_with_the_profile_it_is_given(capsys):
     from relaxtui.serve.pair import FakeServedPair
     from relaxtui.serve.scheduler import Scheduler

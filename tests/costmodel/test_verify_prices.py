@@ -130,3 +130,70 @@ def test_a_small_context_measures_what_fits_and_a_pricer_that_must_not_measure_n
     vp.verify_prices(pair, 2, threads=None, gpu_layers=0)  # measured at load (serve does, before any request)
     assert vp.pricer(pair, ModelOptions(), measure=False)(config, ngram).verify_prices == (1.0, 1.5, 2.0, 2.5)
     assert calls == [vp.MEASURED_BLOCKS]
+
+
+# -- a kept file is read back only when it can be this machine's measurement (issue 47) ---------------------------
+def kept_file(pair, monkeypatch, prices):
+    """Measure ``prices`` once (kept in the cache) and return the file they were kept in."""
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: (prices[:blocks], True))
+    vp.verify_prices(pair, 3, threads=None, gpu_layers=0)
+    monkeypatch.setattr(vp, "_known", type(vp._known)())  # a new process
+    (stored,) = (pair.verifier_path.parent / "cache" / "profiles").glob("*.json")
+    return stored
+
+
+CPU = (1.0, 1.56, 1.90, 1.73, 2.22, 2.63, 3.02, 3.25, 3.48, 3.7, 3.9, 4.1, 4.4, 4.6, 4.9, 5.1, 5.3)  # method.md's
+
+
+def edited(data, change):
+    out = json.loads(json.dumps(data))
+    if change == "huge":
+        out["prices"] = [1.0] + [1e300] * (len(out["prices"]) - 1)
+    elif change == "tiny":
+        out["prices"] = [1.0] + [1e-300] * (len(out["prices"]) - 1)
+    elif change == "first":
+        out["prices"][0] = 5.0
+    elif change == "past-k":
+        out["prices"][1] = 9.0  # two tokens in one batch priced as nine single steps
+    elif change == "short":
+        out["prices"] = out["prices"][:2]
+    elif change == "other-key":
+        out["key"]["threads"] = 64  # a file measured for another setting, copied under this key's name
+    elif change == "no-key":
+        del out["key"]
+    elif change == "bool":
+        out["prices"][1] = True
+    return out
+
+
+@pytest.mark.parametrize("change", ["huge", "tiny", "first", "past-k", "short", "other-key", "no-key", "bool"])
+def test_an_edited_price_file_is_measured_over_with_one_warning(pair, monkeypatch, change):
+    """Prices of 1e300 stopped every draft and 1e-300 verified every draft, read back as written; a file that
+    cannot be this machine's v(1..K) for this key is now measured over (and replaced), with one warning line."""
+    stored = kept_file(pair, monkeypatch, CPU)
+    stored.write_text(json.dumps(edited(json.loads(stored.read_text()), change)))
+    again = tuple(1.0 + 0.25 * k for k in range(vp.MEASURED_BLOCKS))
+    calls = []
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: calls.append(blocks) or (again, True))
+    said = []
+    assert vp.verify_prices(pair, 3, threads=None, gpu_layers=0, log=said.append) == again[:3]
+    assert calls == [vp.MEASURED_BLOCKS]
+    warnings = [line for line in said if "verify costs" not in line]
+    assert len(warnings) == 1 and str(stored) in warnings[0] and "measur" in warnings[0] and "\n" not in warnings[0]
+    assert json.loads(stored.read_text())["prices"] == list(again)  # measured over
+
+
+def test_a_real_measurement_is_read_back_though_not_monotone(pair, monkeypatch):
+    """A CPU's v(k) is not monotone (llama.cpp's repacked Q4 weights make k = 4 cheaper than k = 3): kept as is."""
+    kept_file(pair, monkeypatch, CPU)
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: pytest.fail("measured again"))
+    said = []
+    assert vp.verify_prices(pair, 5, threads=None, gpu_layers=0, log=said.append) == CPU[:5] and said == []
+
+
+def test_a_refused_file_that_cannot_be_replaced_is_removed(pair, monkeypatch):
+    stored = kept_file(pair, monkeypatch, CPU)
+    stored.write_text(json.dumps(edited(json.loads(stored.read_text()), "huge")))
+    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: (CPU, False))  # unstable: not kept
+    assert vp.verify_prices(pair, 3, threads=None, gpu_layers=0) == CPU[:3]
+    assert not stored.exists()
