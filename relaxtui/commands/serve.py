@@ -36,6 +36,8 @@ from relaxtui.display import knob_help
 from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS
+from relaxtui.serve.body import ApiError
+from relaxtui.serve.policy import DEFAULT_SCOPES, Policy, parse_allow_kinds, parse_allow_rules
 from relaxtui.serve.protocol import VERIFIER_ALONE, Defaults, Speculative
 
 if TYPE_CHECKING:
@@ -68,6 +70,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="reuse the longest cached prefix of a prompt (a shared system prompt; as llama-server), "
                           "or only a whole repeated prompt (outputs never depend on earlier requests)")
     net.add_argument("--fake", action="store_true", help="a deterministic fake model pair (no weights)")
+    tenants = parser.add_argument_group("several tenants (docs/serve.md#several-tenants)")
+    tenants.add_argument("--allow-rules", type=utf8_text, default=None, metavar="NAME[:LIMIT],…",
+                         help="the rules requests may choose, each up to LIMIT, its most relaxed knob (compared in the "
+                              "rule's own orientation: ensemble's w and typical's epsilon relax downwards); strict is "
+                              "always allowed (default: any rule at any knob)")
+    tenants.add_argument("--allow-draft-kinds", type=utf8_text, default=None, metavar="KIND,…",
+                         help="the drafter kinds requests may choose (default: every kind this server drafts with; "
+                              "'none', the verifier alone, is always allowed)")
+    tenants.add_argument("--verdicts", choices=["on", "off"], default="on",
+                         help="off: responses carry no per-token verdicts and no drafted/accepted counts (they tell "
+                              "whether a continuation was in a drafter's corpus)")
+    tenants.add_argument("--share-learning", action="store_true",
+                         help="one learned state (drafter corpora, prompt cache) for every API key, for keys that are "
+                              "one tenant; it lets one key's text draft for another (default: one state per key)")
+    tenants.add_argument("--learning-scopes", type=int_option("--learning-scopes", 1, 4096), default=DEFAULT_SCOPES,
+                         metavar="N", help="API keys (and users) whose learned drafter state is kept at once; the "
+                                           f"least recently used is dropped first (default {DEFAULT_SCOPES})")
     gen = parser.add_argument_group("request defaults (each request may override them)")
     gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (NAME or NAME:KNOB)")
     gen.add_argument("--alpha", type=finite_float, default=None, help=knob_help())
@@ -107,8 +126,24 @@ def defaults(args: argparse.Namespace, draft_kinds: tuple[str, ...]) -> Defaults
     # an unknown rule or a bad knob: one line, exit 2, before anything loads (greedy or not: each request's own say)
     rule = cli_rule(args.rule, args.alpha)
     kind = draft_kinds[0]
+    policy = serve_policy(args, draft_kinds)
+    if kind != VERIFIER_ALONE and args.draft_max > 0:
+        try:  # the server's own defaults must be what its policy allows
+            policy.check_rule(rule, "--rule", "--alpha")
+            policy.check_kind(kind, "--draft-kind", VERIFIER_ALONE)
+        except ApiError as exc:
+            raise UserError(f"{exc.message.partition(': ')[2]} (the server's own default, {exc.param})") from None
     return Defaults(Speculative(rule.name, rule.knob, args.draft_max, kind), sampling(args), args.seed, args.max_tokens,
-                    None if args.thinking is None else args.thinking == "on", draft_kinds)
+                    None if args.thinking is None else args.thinking == "on", draft_kinds, policy)
+
+
+def serve_policy(args: argparse.Namespace, draft_kinds: tuple[str, ...]) -> Policy:
+    """The operator's bounds on what requests choose, each flag checked (one line, exit 2, before anything loads)."""
+    rules = None if args.allow_rules is None else parse_allow_rules(args.allow_rules)
+    known = tuple(kind for kind in draft_kinds if kind != VERIFIER_ALONE)
+    kinds = None if args.allow_draft_kinds is None else parse_allow_kinds(args.allow_draft_kinds, known)
+    return Policy(rules, kinds, verdicts=args.verdicts == "on", share_learning=args.share_learning,
+                  max_scopes=args.learning_scopes)
 
 
 def draft_kinds(args: argparse.Namespace) -> tuple[str, ...]:
@@ -199,14 +234,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fake:
         def load() -> ServedPair:
-            return FakeServedPair(args.parallel, drafting=drafter_options(options))
+            return FakeServedPair(args.parallel, drafting=drafter_options(options), max_scopes=args.learning_scopes)
     else:
         from relaxtui.commands.chat import check_model_files
 
         check_model_files(options)  # a missing or non-GGUF model: one line, exit 2, before the port opens
 
         def load() -> ServedPair:
-            return LlamaServedPair(options)
+            return LlamaServedPair(options, max_scopes=args.learning_scopes)
     settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max, reuse=args.prompt_cache,
                             draft_cut=args.draft_cut)
     scheduler = Scheduler(load, max_queue=args.max_queue, profile=args.profile, settings=settings)

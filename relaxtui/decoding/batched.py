@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from relaxtui.decoding import round as steps
@@ -44,6 +44,9 @@ class Job:
     tag: Any = None
     should_stop: Callable[[], bool] | None = None  # this job's own stop request (a client gone), polled per round
     drafter: Drafter | None = None  # drafts this job instead of the loop's drafter (e.g. n-gram lookup)
+    scope: object = None  # whose cached state this job may reuse (a server's API key): a sequence that last served
+    # another scope is emptied first, in the verifier and the drafters, and prompts are copied only from sequences of
+    # the same scope, so neither the cache's content nor its timing tells one scope what another sent
 
 
 class JobSource(Protocol):
@@ -87,13 +90,14 @@ def stream_many(verifier: Model, source: JobSource, *, drafter: Drafter | None =
     live: list[Slot] = []
     joining: list[_Joining] = []  # jobs holding a sequence whose prompts are still going into the verify batches
     own_stops: set[Slot] = set()  # stopped by their own request, not by ``should_stop``: the others go on
+    scopes = _Scopes()  # whose cached state each sequence holds
     stopping = False
 
     def open_slot(entry: _Joining) -> None:
         job = entry.job
         slot = steps.open_slot(verifier, entry.seq, job.prompt, job.config, job.rule,
                                entry.drafter, should_stop=_either(should_stop, job.should_stop), clock=clock,
-                               share_prompt=True, tag=job)
+                               share_prompt=True, tag=job, sources=scopes.sources(entry))
         if entry.rest is not None:  # its prompt came in shared batches: count them as its prefill
             slot.prefill_decoded += entry.decoded
             slot.prefill_s = slot.started - entry.taken
@@ -106,13 +110,16 @@ def stream_many(verifier: Model, source: JobSource, *, drafter: Drafter | None =
         while not stopping and free and (job := source.take(block=not (live or joining or taken))) is not None:
             job_drafter = (job.drafter or drafter) if job.speculative else None
             _check_room(job_drafter, verifier)
-            taken.append(_Joining(job, free.pop(), job_drafter, clock()))
+            seq = free.pop()
+            scopes.enter(verifier, seq, job.scope, job_drafter)
+            taken.append(_Joining(job, seq, job_drafter, clock()))
         if join_in_batch and (live or joining or len(taken) > 1):
             joining += taken
         else:
             for entry in taken:  # each sequence prefills alone, as K = 1 does
                 if entry.job.config.reuse == "longest":  # (the exact copy is open_slot's own)
-                    copy_cached_prompt(verifier, entry.seq, entry.job.prompt[:-1], "longest")
+                    copy_cached_prompt(verifier, entry.seq, entry.job.prompt[:-1], "longest",
+                                       sources=scopes.sources(entry))
                 open_slot(entry)
         for entry in [e for e in joining if e.rest == [] or should_stop() or e.stop_requested()]:
             joining.remove(entry)  # its prompt is in (or it was stopped: the prefill sees that and reads nothing)
@@ -128,7 +135,7 @@ def stream_many(verifier: Model, source: JobSource, *, drafter: Drafter | None =
                 if slot.finish is None and slot.tag.should_stop is not None and slot.tag.should_stop():
                     slot.finish = "stopped"
                     own_stops.add(slot)
-            prefills = _prompt_parts(verifier, joining)
+            prefills = _prompt_parts(verifier, joining, scopes)
             events = _round(verifier, [drafter, *(s.drafter for s in live)], [s for s in live if s.finish is None],
                             clock, tokens, [item for _, item in prefills])
             for entry, item in prefills:
@@ -165,7 +172,8 @@ class _Joining:
         return self.job.should_stop is not None and self.job.should_stop()
 
 
-def _prompt_parts(verifier: Model, joining: list[_Joining]) -> list[tuple[_Joining, SeqDecode]]:
+def _prompt_parts(verifier: Model, joining: list[_Joining],
+                  scopes: _Scopes) -> list[tuple[_Joining, SeqDecode]]:
     """This round's prompt tokens of the joining sequences (oldest first, ``PREFILL_BUDGET`` in all, no logits).
     A sequence is prepared when it first gets here: checked, its cache trimmed to what it may keep of its prompt, or
     the prompt copied from a sequence that holds it; one whose prompt another joiner is still reading waits for it,
@@ -174,10 +182,11 @@ def _prompt_parts(verifier: Model, joining: list[_Joining]) -> list[tuple[_Joini
     for entry in joining:
         prefix = list(entry.job.prompt[:-1])
         if entry.rest is None:
-            if any(other.rest and list(other.job.prompt[:-1]) == prefix for other in joining):
+            sources = scopes.sources(entry)
+            if any(other.rest and other.seq in sources and list(other.job.prompt[:-1]) == prefix for other in joining):
                 continue  # the same prompt is being read for another choice: copy it once that is done
             steps.check_request(verifier, entry.job.prompt, entry.job.config, entry.drafter, entry.job.rule)
-            copy_cached_prompt(verifier, entry.seq, prefix, entry.job.config.reuse)
+            copy_cached_prompt(verifier, entry.seq, prefix, entry.job.config.reuse, sources=sources)
             entry.rest = prefix[prepare(verifier, entry.seq, prefix, entry.job.config.reuse):]
         if entry.rest and budget > 0:
             parts.append((entry, SeqDecode(entry.seq, entry.rest[:budget])))
@@ -207,6 +216,29 @@ def _handed(items: Sequence[tuple[Job, Event]], live: list[Slot],
         away = clock() - handed
         for slot in live:
             slot.started += away
+
+
+@dataclass
+class _Scopes:
+    """Which scope (``Job.scope``) each sequence last served, and the drafters that have held it since: what a change
+    of scope empties, so a sequence's next prompt keeps nothing another scope sent (the prompt cache's ``cache_n``
+    and its timing would tell)."""
+
+    owners: dict[int, object] = field(default_factory=dict)
+    holders: dict[int, dict[int, Drafter]] = field(default_factory=dict)
+
+    def enter(self, verifier: Model, seq: int, scope: object, drafter: Drafter | None) -> None:
+        if seq in self.owners and self.owners[seq] != scope:
+            verifier.clear(seq)
+            for held in self.holders.pop(seq, {}).values():
+                held.release(seq)
+        self.owners[seq] = scope
+        if drafter is not None:
+            self.holders.setdefault(seq, {})[id(drafter)] = drafter
+
+    def sources(self, entry: _Joining) -> tuple[int, ...]:
+        """The other sequences ``entry``'s job may copy a cached prompt from: those of its scope, now."""
+        return tuple(seq for seq, owner in self.owners.items() if seq != entry.seq and owner == entry.job.scope)
 
 
 def _either(stop: Callable[[], bool], own: Callable[[], bool] | None) -> Callable[[], bool]:

@@ -42,6 +42,8 @@ class DrafterTraits:
     model_path: Path | None = None  # the model file it runs (run identity); None when it runs none
     n_seq: int | None = None  # sequences it can hold at once; None = any
     n_ctx: int | None = None  # tokens per sequence; None = unbounded
+    learns: bool = False  # keeps what one sequence saw for the others (earlier outputs, prompts: ``finished``), so
+    # whoever shares an instance shares what it learned: a server gives each tenant (API key) an instance of its own
 
     @property
     def can_extend(self) -> bool:

@@ -139,7 +139,7 @@ class NgramCacheDrafter(NgramBase):
     eviction. llama.cpp's static cache (a corpus file) is not kept. As speculative.cpp, the context cache counts
     each call's new tokens apart (``ContextCache``); ties go to the token met first."""
 
-    traits = DrafterTraits("ngram-cache", has_distribution=False)
+    traits = DrafterTraits("ngram-cache", has_distribution=False, learns=True)
     DEFAULT_DRAFT = 8  # llama.cpp's n_draft
     DEFAULT_ENTRIES = 1 << 16
 

@@ -114,7 +114,7 @@ class NgramModDrafter(NgramBase):
     the sequences running beside it, only on its own context and on requests that finished; and acceptance is
     measured against the draft as proposed (cut to the round's N), not the chain before the cut."""
 
-    traits = DrafterTraits("ngram-mod", has_distribution=False)
+    traits = DrafterTraits("ngram-mod", has_distribution=False, learns=True)
     DEFAULTS, DEFAULT_MIN = (24, 64), 48  # llama.cpp's n_match, n_max; n_min
     DEFAULT_SLOTS = 1 << 22  # llama.cpp's 4 Mi entries (16 MiB)
 

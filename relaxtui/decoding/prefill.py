@@ -79,7 +79,8 @@ def prepare(model: Model, seq: int, prefix: Sequence[int], reuse: ReusePolicy = 
     return keep
 
 
-def copy_cached_prompt(model: Model, seq: int, prefix: Sequence[int], policy: ReusePolicy = "exact") -> None:
+def copy_cached_prompt(model: Model, seq: int, prefix: Sequence[int], policy: ReusePolicy = "exact",
+                       sources: Sequence[int] | None = None) -> None:
     """Take a prompt another sequence already holds (the same problem under another config or seed: an eval
     plan puts them side by side) by copying its KV instead of prefilling it again. When that sequence
     prefilled the same prompt, the copied cells are the ones a fresh prefill makes, so outputs do not change
@@ -88,20 +89,21 @@ def copy_cached_prompt(model: Model, seq: int, prefix: Sequence[int], policy: Re
     exactly (recurrent memory holds only a sequence's current state: ``can_share_prefix``) is skipped, and the
     caller prefills instead. ``policy="longest"`` (a server's requests, as llama-server's prompt cache): the longest
     common prefix any other sequence holds is copied when it is longer than what this one keeps (a shared system
-    prompt), and only the rest is decoded."""
+    prompt), and only the rest is decoded. ``sources``: the sequences it may copy from (None: every other one; a
+    server's scope allows only its own)."""
     if not prefix or reusable(model.tokens_of(seq), prefix, "exact"):
         return  # nothing to do, or this sequence's own cache already holds it
     n = len(prefix)
+    others = [other for other in (range(model.n_seq) if sources is None else sources) if other != seq]
     if policy == "longest":
         kept = common_prefix(model.tokens_of(seq), prefix)
-        best = max(((common_prefix(model.tokens_of(other), prefix), other) for other in range(model.n_seq)
-                    if other != seq), default=(0, -1))
+        best = max(((common_prefix(model.tokens_of(other), prefix), other) for other in others), default=(0, -1))
         if best[0] > kept and model.can_share_prefix(best[1], seq, best[0]):
             model.share_prefix(best[1], seq, best[0])
         return
-    for other in range(model.n_seq):
+    for other in others:
         cached = model.tokens_of(other)
-        if other != seq and len(cached) >= n and list(cached[:n]) == list(prefix):
+        if len(cached) >= n and list(cached[:n]) == list(prefix):
             if not model.can_share_prefix(other, seq, n):
                 continue
             model.share_prefix(other, seq, n)

@@ -139,9 +139,10 @@ def check_request(verifier: Model, prompt: Sequence[int], config: GenerationConf
 
 def open_slot(verifier: Model, seq: int, prompt: Sequence[int], config: GenerationConfig, rule: Rule | None,
               drafter: Drafter | None, *, should_stop: Callable[[], bool], clock: Callable[[], float],
-              share_prompt: bool = False, tag: Any = None) -> Slot:
+              share_prompt: bool = False, tag: Any = None, sources: Sequence[int] | None = None) -> Slot:
     """Check the request, prefill both models' rows of this sequence, start its decode clock. ``share_prompt``
-    (a context of several sequences): a prompt another sequence holds is copied, not prefilled."""
+    (a context of several sequences): a prompt another sequence holds (one of ``sources``, None: any) is copied,
+    not prefilled."""
     rule = check_request(verifier, prompt, config, drafter, rule)
     # candidate rows from the engine where the rule and the sampling allow (else, or where it cannot, whole rows)
     verifier.set_candidates(seq, row_spec(rule, config.sampling, verifier.n_vocab, dense=config.dense_rows,
@@ -151,7 +152,7 @@ def open_slot(verifier: Model, seq: int, prompt: Sequence[int], config: Generati
     started = clock()
     try:
         if share_prompt:
-            copy_cached_prompt(verifier, seq, prompt[:-1])
+            copy_cached_prompt(verifier, seq, prompt[:-1], sources=sources)
         decoded, prefilled = prefill(verifier, seq, prompt[:-1], reuse=config.reuse, should_stop=should_stop)
         if prefilled and drafter is not None:
             prefilled = drafter.begin(seq, prompt, reuse=config.reuse, should_stop=should_stop)

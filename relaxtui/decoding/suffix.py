@@ -133,7 +133,7 @@ class _Sequence:
 class SuffixDrafter(BaseDrafter):
     """SuffixDecoding behind the one drafter interface: per-sequence indexes keyed by ``seq``, one shared corpus."""
 
-    traits = DrafterTraits("suffix", has_distribution=False)
+    traits = DrafterTraits("suffix", has_distribution=False, learns=True)
 
     def __init__(self, settings: SuffixSettings | None = None) -> None:
         self.settings = settings or SuffixSettings()

@@ -92,6 +92,8 @@ class Rule:
     subtract_draft: ClassVar[bool] = True  # False: after a rejection emit from π_res itself (typical)
     knob_default: ClassVar[float | None] = None  # used when the knob is optional
     knob_help: ClassVar[str] = ""  # range and orientation, shown when a knob is out of range
+    relaxes_upward: ClassVar[bool] = True  # a bigger knob relaxes more (False: a smaller one does — ensemble's w,
+    # typical's ε): what a bound on "the most relaxed knob allowed" compares against (serve's --allow-rules)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass that changes its test (its own ``evaluate``, ``targets`` or ``decide``) but has no

@@ -14,6 +14,7 @@ class Ensemble(Rule):
     name = "ensemble"
     knob_name = "w"
     knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
+    relaxes_upward = False  # a smaller knob relaxes more
     knob_help = "in [0, 1], the verifier weight; smaller = more relaxed, 1 = strict, 0 = always accept"
 
     @classmethod

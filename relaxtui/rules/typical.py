@@ -21,6 +21,7 @@ class Typical(Rule):
     may_leave_support = False  # accepts only p(x) above a threshold >= 0, resamples p
     knob_name = "epsilon"
     knob: float  # a rule with a knob_name has one: check_knob gives a float or refuses
+    relaxes_upward = False  # a smaller knob relaxes more
     knob_default = 0.09
     knob_help = "in (0, 1), default 0.09; bigger = stricter (delta = sqrt(epsilon))"
     subtract_draft = False

@@ -41,6 +41,7 @@ from relaxtui.serve.render import StopText
 from relaxtui.serve.scheduler import Generated, Scheduler, Scored, Ticket
 
 OPEN_PATHS = ("/health", "/v1/health")
+KEY_INDEX = "relaxtui.key"  # the ASGI scope entry naming the API key a request authenticated with
 MAX_BODY_BYTES = 4 << 20
 
 
@@ -71,10 +72,12 @@ class _Auth:
         auth = headers.get(b"authorization", b"")
         if auth[:7].lower() == b"bearer ":
             given = auth[7:].strip()
-        if not any(hmac.compare_digest(given, key) for key in self.keys):
+        matches = [i for i, key in enumerate(self.keys) if hmac.compare_digest(given, key)]  # every key compared
+        if not matches:
             error = ApiError(401, "invalid or missing API key (send Authorization: Bearer KEY)",
                              kind="authentication_error", code="invalid_api_key")
             return await error_response(error)(scope, receive, send)
+        scope[KEY_INDEX] = matches[0]  # which key: its requests' scope (relaxtui.serve.policy)
         return await self.app(scope, receive, send)
 
 
@@ -130,7 +133,8 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
         return {"id": served.name, "object": "model", "created": int(time.time()), "owned_by": "relaxtui",
                 "meta": {"n_ctx_slot": served.n_ctx, "n_vocab": served.n_vocab, "slots": served.verifier.n_seq,
                          "drafter": settings.defaults.speculative.draft_kind, "priced_by": scheduler.profile_name,
-                         "system_fingerprint": served.fingerprint}}
+                         "system_fingerprint": served.fingerprint,
+                         "policy": settings.defaults.policy.describe(keyed=bool(settings.api_keys))}}
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [card(pair())]})
@@ -149,7 +153,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
         model = scheduler.pair.name if scheduler.pair is not None else ""
         slots = scheduler.executor.verifier.n_seq if scheduler.executor is not None else 0
         text = scheduler.metrics.render(processing=scheduler.processing, deferred=scheduler.deferred, slots=slots,
-                                        model=model)
+                                        model=model, acceptance=settings.defaults.policy.verdicts)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def tokenize(request: Request) -> Response:
@@ -188,24 +192,25 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
             prompts = [await asyncio.to_thread(served.text_tokens, p) if isinstance(p, str) else list(p)
                        for p in checked.prompts]
             echo = [p if isinstance(p, str) else detokenize(served, p) for p in checked.prompts]
+        scope = settings.defaults.policy.scope(request.scope.get(KEY_INDEX), checked.user)
         if checked.scoring:
-            return await _score(request, served, checked, prompts, echo)
+            return await _score(request, served, checked, prompts, echo, scope)
         profile = scheduler.profile
         assert profile is not None  # resolved before the scheduler turns "ready" (pair() checked it)
         choices = len(prompts) * checked.n
         ticket: Ticket[Generated] = Ticket(asyncio.get_running_loop(), choices, time.monotonic() + settings.timeout_s)
-        jobs = scheduler.jobs(checked, prompts, ticket, "messages" if chat else "prompt")
+        jobs = scheduler.jobs(checked, prompts, ticket, "messages" if chat else "prompt", scope)
         scheduler.submit(jobs)
         out = respond.Reply(checked, ticket, checked.model or served.name, profile,
                                 served.token_bytes, echo,
                                 [respond.Choice(i, StopText(checked.stop)) for i in range(choices)],
-                                fingerprint=served.fingerprint)
+                                fingerprint=served.fingerprint, show_acceptance=settings.defaults.policy.verdicts)
         if checked.stream:
             return await respond.stream(request, out)
         return await respond.full(request, out)
 
     async def _score(request: Request, served: ServedPair, checked: CompletionRequest, prompts: list[list[int]],
-                     texts: list[str]) -> Response:
+                     texts: list[str], scope: object) -> Response:
         """echo with logprobs: each prompt scored by the verifier on the model thread (relaxtui.serve.scoring)."""
         for j, prompt in enumerate(prompts):
             where = "prompt" if len(prompts) == 1 else f"prompt[{j}]"
@@ -215,7 +220,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
                 raise bad(where, f"the prompt has {len(prompt)} tokens but a slot holds {served.n_ctx} "
                                  "(--ctx-size): a scored prompt must fit one slot")
         ticket: Ticket[Scored] = Ticket(asyncio.get_running_loop(), len(prompts), time.monotonic() + settings.timeout_s)
-        scheduler.submit(scheduler.scoring_jobs(prompts, checked.logprobs or 0, ticket))
+        scheduler.submit(scheduler.scoring_jobs(prompts, checked.logprobs or 0, ticket, scope))
         return await score_reply.respond(request, score_reply.ScoreReply(
             checked, ticket, checked.model or served.name, served.fingerprint, texts, served.token_bytes,
             served.verifier.is_eog))

@@ -74,8 +74,9 @@ class ServerMetrics:
             self._trim(now)
             return sum(n for _, n in self._recent) / WINDOW_S
 
-    def render(self, *, processing: int, deferred: int, slots: int, model: str) -> str:
-        """The exposition text: HELP and TYPE lines, then samples."""
+    def render(self, *, processing: int, deferred: int, slots: int, model: str, acceptance: bool = True) -> str:
+        """The exposition text: HELP and TYPE lines, then samples; without the draft and acceptance counters when
+        ``acceptance`` is off (``--verdicts off``: read before and after a request, they would tell its own counts)."""
         rate = self.rate()
         with self._lock:
             t = self.totals
@@ -86,15 +87,17 @@ class ServerMetrics:
                 lines.append(f"# TYPE {PREFIX}{name} {kind}")
                 lines.extend(f"{PREFIX}{name}{labels} {_number(value)}" for labels, value in samples)
 
-            metric("spec_decode_num_drafts_total", "counter", "Rounds that verified a draft.", [("", t.drafts)])
-            metric("spec_decode_num_draft_tokens_total", "counter", "Tokens verified as drafts.",
-                   [("", t.draft_tokens)])
-            metric("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the acceptance rule kept.",
-                   [("", t.accepted_tokens)])
-            metric("spec_decode_num_accepted_tokens_per_pos_total", "counter",
-                   "Draft tokens kept, by position in the draft (0-based).",
-                   [(f'{{position="{i}"}}', n) for i, n in enumerate(t.accepted_per_position)])
-            metric("spec_decode_rounds_total", "counter", "Verifier batches per sequence (rounds).", [("", t.rounds)])
+            if acceptance:
+                metric("spec_decode_num_drafts_total", "counter", "Rounds that verified a draft.", [("", t.drafts)])
+                metric("spec_decode_num_draft_tokens_total", "counter", "Tokens verified as drafts.",
+                       [("", t.draft_tokens)])
+                metric("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the acceptance rule kept.",
+                       [("", t.accepted_tokens)])
+                metric("spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                       "Draft tokens kept, by position in the draft (0-based).",
+                       [(f'{{position="{i}"}}', n) for i, n in enumerate(t.accepted_per_position)])
+                metric("spec_decode_rounds_total", "counter", "Verifier batches per sequence (rounds).",
+                       [("", t.rounds)])
             metric("prompt_tokens_total", "counter", "Prompt tokens of finished sequences.", [("", t.prompt_tokens)])
             metric("prompt_seconds_total", "counter", "Prefill seconds of finished sequences.",
                    [("", self.prefill_s)])

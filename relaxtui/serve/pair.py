@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from relaxtui.engine.api import Model, Rows, SeqDecode
 from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
 from relaxtui.options import DRAFT_KIND
 from relaxtui.serve.body import bad
+from relaxtui.serve.policy import DEFAULT_SCOPES
 from relaxtui.session import LoadedPair, ModelOptions, chat_template, conversation_tokens, load_drafter, load_pair
 from relaxtui.text import Message
 
@@ -46,7 +48,7 @@ class ServedPair(Protocol):
     @property
     def cost_profile(self) -> CostProfile | None: ...
 
-    def drafter_for(self, kind: str) -> Drafter: ...  # the one drafter of a kind requests ask for (KindDrafters)
+    def drafter_for(self, kind: str, scope: object = None) -> Drafter: ...  # a kind's, for a tenant (KindDrafters)
     def tokenizer_info(self) -> dict[str, Any]: ...  # GET /tokenizer_info (vLLM's; lm-eval's remote tokenizer)
     def chat_tokens(self, messages: Sequence[Message], thinking: bool | None) -> list[int]: ...
     def text_tokens(self, text: str, *, add_special: bool = True) -> list[int]: ...
@@ -79,37 +81,68 @@ def _special_text(model: Any, token: int) -> str | None:
 
 
 class KindDrafters:
-    """The drafters a server's requests pick by ``draft_kind``: its own drafter for its own kind, and one instance of
-    each standalone kind (prompt lookup, the n-gram family, suffix: no model file), built by the factory on the first
-    request that asks for it and kept for the server's life, so a kind's shared corpus (earlier outputs) learns
-    across requests. Which kinds a request may name is the protocol's (``Defaults.draft_kinds``)."""
+    """The drafters a server's requests pick by ``draft_kind``, per scope (a tenant: an API key, a user of it).
 
-    def __init__(self, own: Drafter | None, build: Callable[[str], Drafter]) -> None:
-        self.own, self.build = own, build
-        self.built: dict[str, Drafter] = {}
+    A kind that runs a model (the pair's own) is one instance for everyone: it learns nothing across sequences, and
+    the batched loop empties a sequence that passes to another scope. A standalone kind (prompt lookup, the n-gram
+    family, suffix: no model file) is built by the factory on the first request that asks for it; one that
+    ``learns`` (its corpus of earlier prompts and outputs: suffix, ngram-cache, ngram-mod) gets an instance per scope,
+    so what one tenant generated never drafts for another, and is kept for the scope's next requests. Memory: each
+    instance is bounded by its kind's own caps (suffix's corpus, ngram-cache's entries, ngram-mod's table); at most
+    ``max_scopes`` scopes keep instances, the least recently used evicted first (a request of an evicted scope starts
+    a fresh one; a live request keeps the instance it holds). Which kinds a request may name is the protocol's
+    (``Defaults.draft_kinds``)."""
+
+    def __init__(self, own: Drafter | None, build: Callable[[str], Drafter], max_scopes: int = DEFAULT_SCOPES) -> None:
+        self.own, self.build, self.max_scopes = own, build, max_scopes
+        self.shared: dict[str, Drafter] = {}  # kinds that learn nothing across sequences
+        self.scoped: OrderedDict[object, dict[str, Drafter]] = OrderedDict()  # scope -> its learning kinds, LRU first
+        self.evicted = 0  # scopes dropped to stay within max_scopes (a metric, and what tests read)
         self.lock = threading.Lock()  # request handlers ask from several threads
 
-    def get(self, kind: str) -> Drafter:
-        if self.own is not None and self.own.traits.kind == kind:
+    def get(self, kind: str, scope: object = None) -> Drafter:
+        if self.own is not None and self.own.traits.kind == kind and not self.own.traits.learns:
             return self.own
         if not drafter_kind(kind).standalone:
             raise bad(DRAFT_KIND.request_name, f"this server holds no {kind!r} drafter")  # Defaults.draft_kinds
         with self.lock:
-            if kind not in self.built:
-                self.built[kind] = self.build(kind)
-            return self.built[kind]
+            if kind in self.shared:
+                return self.shared[kind]
+            drafters = self.scoped.get(scope)
+            if drafters is not None:
+                self.scoped.move_to_end(scope)
+                if kind in drafters:
+                    return drafters[kind]
+            drafter = self.build(kind)
+            if not drafter.traits.learns:
+                self.shared[kind] = drafter
+                return drafter
+            if drafters is None:
+                drafters = self.scoped[scope] = {}
+                while len(self.scoped) > self.max_scopes:
+                    _, dropped = self.scoped.popitem(last=False)
+                    self.evicted += 1
+                    for old in dropped.values():
+                        old.close()
+            drafters[kind] = drafter
+            return drafter
+
+    @property
+    def scopes(self) -> int:
+        return len(self.scoped)
 
     def close(self) -> None:
         with self.lock:
-            for drafter in self.built.values():
+            for drafter in [*self.shared.values(), *(d for kinds in self.scoped.values() for d in kinds.values())]:
                 drafter.close()
-            self.built.clear()
+            self.shared.clear()
+            self.scoped.clear()
 
 
 class LlamaServedPair:
     """A loaded GGUF pair, ``options.parallel`` sequences per context."""
 
-    def __init__(self, options: ModelOptions) -> None:
+    def __init__(self, options: ModelOptions, *, max_scopes: int = DEFAULT_SCOPES) -> None:
         self.loaded: LoadedPair = load_pair(options)
         self.options: ModelOptions = options
         self.cost_profile: CostProfile | None = None  # measured for this machine (or --profile) by the scheduler
@@ -123,7 +156,7 @@ class LlamaServedPair:
             assert drafter is not None  # load_drafter gives None only for no drafter, and this names one
             return drafter
 
-        self.kinds = KindDrafters(self.drafter, standalone)
+        self.kinds = KindDrafters(self.drafter, standalone, max_scopes)
         self.name = self.loaded.verifier_path.name
         self.n_ctx, self.n_vocab = self.verifier.n_ctx, self.verifier.n_vocab
         self._template = chat_template(self.verifier)
@@ -150,8 +183,8 @@ class LlamaServedPair:
     def token_bytes(self, token: int) -> bytes:
         return self.verifier.token_piece(token)
 
-    def drafter_for(self, kind: str) -> Drafter:
-        return self.kinds.get(kind)
+    def drafter_for(self, kind: str, scope: object = None) -> Drafter:
+        return self.kinds.get(kind, scope)
 
     def close(self) -> None:
         self.kinds.close()
@@ -165,7 +198,7 @@ class FakeServedPair:
 
     def __init__(self, n_seq: int = 1, *, seed: int = 7, n_ctx: int = 4096, delay_s: float = 0.0,
                  gate: threading.Event | None = None, tables: tuple[np.ndarray, np.ndarray] | None = None,
-                 drafting: DrafterOptions | None = None) -> None:
+                 drafting: DrafterOptions | None = None, max_scopes: int = DEFAULT_SCOPES) -> None:
         """``tables``: the verifier's and drafter's Markov logits (row = previous token) instead of the demo's;
         ``drafting``: the command line's drafter settings (n-gram sizes, suffix's), which every kind it builds gets."""
         drafting = replace(drafting or DrafterOptions(), n_seq=n_seq, n_ctx=n_ctx)
@@ -184,7 +217,7 @@ class FakeServedPair:
         openers = Openers(model=lambda _: self._draft_model)
         self.drafter = make_drafter(replace(drafting, kind=FAKE_DRAFT_KIND), self.verifier, openers)
         self.kinds = KindDrafters(self.drafter, lambda kind: make_drafter(replace(drafting, kind=kind), self.verifier,
-                                                                          openers))
+                                                                          openers), max_scopes)
         self.name = "fake-verifier"
         # no costs to measure: responses are priced by the idealised memory-bound profile, named as such
         self.cost_profile: CostProfile | None = SHIPPED["memory-bound"]
@@ -207,8 +240,8 @@ class FakeServedPair:
     def token_bytes(self, token: int) -> bytes:
         return FAKE_WORDS[token].encode()
 
-    def drafter_for(self, kind: str) -> Drafter:
-        return self.kinds.get(kind)
+    def drafter_for(self, kind: str, scope: object = None) -> Drafter:
+        return self.kinds.get(kind, scope)
 
     def close(self) -> None:
         self.kinds.close()

@@ -5,8 +5,9 @@ one ``ApiError`` naming the field (vLLM's single error shape: ``message, type, p
 was checked first (``body.read_json``: UTF-8, strict JSON, an object, every string text). JSON types are
 exact: a bool is not a number, ``1.0`` is not an integer count, ``NaN`` is refused by the JSON reader itself.
 Fields of the OpenAI API that would change what the verifier's distribution means (penalties, logit bias, tools,
-structured output) are refused rather than ignored; fields that change nothing here (``user``, ``metadata``) are
-ignored, as every OpenAI-compatible server does, so SDKs that send them keep working. A field that sets one of the
+structured output) are refused rather than ignored; fields that change nothing here (``metadata``) are ignored, as
+every OpenAI-compatible server does, so SDKs that send them keep working; ``user`` scopes what a keyed server learns
+(``relaxtui.serve.policy``). A field that sets one of the
 option table's settings (``relaxtui.options``: temperature, seed, ``speculative.draft_max``, …) is read with the
 table's own check, the one its flag uses, and a refusal from further down (a rule's knob) names the setting, which
 becomes its field here; the request's rule is built here, once.
@@ -37,6 +38,7 @@ from relaxtui.options import (
 )
 from relaxtui.rules import Rule, make, split_spec
 from relaxtui.serve.body import bad, get_bool, get_int, get_setting, get_text, json_type, setting_error
+from relaxtui.serve.policy import Policy, read_user
 from relaxtui.text import Message
 
 MAX_N = 16  # choices per request
@@ -79,6 +81,7 @@ class Defaults:
     max_tokens: int | None = None  # None: up to the context of a slot
     thinking: bool | None = None
     draft_kinds: tuple[str, ...] = DRAFT_KINDS  # what this server's pair can draft with
+    policy: Policy = Policy()  # what the operator lets requests choose, and how learned state is scoped
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class CompletionRequest:
     model: str | None
     rule: Rule | None = None  # built once, here, for every choice of the request; None: it drafts nothing
     scoring: bool = False  # echo with logprobs: the prompt is scored (relaxtui.serve.scoring), max_tokens is 0 or 1
+    user: str | None = None  # OpenAI's end-user id: under an API key, a scope of its own (relaxtui.serve.policy)
 
 
 # -- fields --------------------------------------------------------------------------------------------------
@@ -131,6 +135,8 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_voc
     if max_tokens is None:
         max_tokens = get_setting(body, MAX_TOKENS)
     seed = get_setting(body, SEED)
+    verdicts = get_bool(body, "verdicts", False)
+    defaults.policy.check_verdicts(verdicts)
     n = get_int(body, "n", 1, MAX_N) or 1
     messages: tuple[Message, ...]
     prompts: tuple[str | tuple[int, ...], ...]
@@ -149,8 +155,7 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: Defaults, n_voc
         include_usage=include_usage, stop=parse_stop(body.get("stop")),
         max_tokens=max_tokens if max_tokens is not None else defaults.max_tokens, sampling=sampling,
         seed=defaults.seed if seed is None else seed, logprobs=logprobs, echo=echo,
-        verdicts=get_bool(body, "verdicts", False), speculative=speculative, model=model, rule=rule,
-        scoring=scoring,
+        verdicts=verdicts, speculative=speculative, model=model, rule=rule, scoring=scoring, user=read_user(body),
     )
 
 
@@ -207,10 +212,15 @@ def parse_speculative(value: object, defaults: Defaults, sampling: SamplingParam
     if kind is not None and kind not in defaults.draft_kinds:
         raise bad(DRAFT_KIND.request_name, f"this server cannot draft with {kind!r} (it can: "
                                            f"{', '.join(defaults.draft_kinds)})")
+    if kind is not None:
+        defaults.policy.check_kind(kind, DRAFT_KIND.request_name, VERIFIER_ALONE)
     speculative = Speculative(name, knob, base.draft_max if draft_max is None else draft_max,
                               base.draft_kind if kind is None else kind)
     rule = request_rule(speculative, sampling)
     speculative = replace(speculative, knob=rule.knob)  # the knob the rule runs with (its default when none given)
+    if speculative.drafts:
+        defaults.policy.check_rule(rule, RULE.request_name, ALPHA.request_name if ALPHA.key in value else
+                                   RULE.request_name)
     return speculative, rule if speculative.drafts else None
 
 

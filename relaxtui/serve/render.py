@@ -187,6 +187,18 @@ def stats(totals: Totals, speculative: Speculative, profile: CostProfile) -> dic
     }
 
 
+ACCEPTANCE_TIMINGS = ("draft_n", "draft_n_accepted")
+ACCEPTANCE_STATS = ("rounds", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
+                    "acceptance_rate", "mean_accepted_length", "priced_speedup")
+
+
+def without_acceptance(timings: dict[str, Any], stats: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``timings`` and ``stats`` without what counts drafted and accepted tokens (``--verdicts off``): how many of a
+    reply's tokens a drafter proposed tells whether the drafter had seen the text before."""
+    return ({k: v for k, v in timings.items() if k not in ACCEPTANCE_TIMINGS},
+            {k: v for k, v in stats.items() if k not in ACCEPTANCE_STATS})
+
+
 def usage(totals: Totals) -> dict[str, Any]:
     return {"prompt_tokens": totals.prompt_tokens, "completion_tokens": totals.completion_tokens,
             "total_tokens": totals.prompt_tokens + totals.completion_tokens,

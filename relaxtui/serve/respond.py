@@ -66,6 +66,7 @@ class Reply:
     choices: list[Choice] = field(default_factory=list)
     request_id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex[:24]}")
     fingerprint: str | None = None  # system_fingerprint: the build and the models (one value per server)
+    show_acceptance: bool = True  # False (--verdicts off): no counts of drafted and accepted tokens in stats/timings
 
     @property
     def kind(self) -> str:
@@ -100,8 +101,10 @@ class Reply:
 
     def extras(self, choices: list[Choice]) -> dict[str, Any]:
         totals = self.totals(choices)
-        return {"timings": render.timings(totals), "stats": render.stats(totals, self.request.speculative,
-                                                                          self.profile)}
+        timings, stats = render.timings(totals), render.stats(totals, self.request.speculative, self.profile)
+        if not self.show_acceptance:  # what would tell whether a continuation was in a drafter's corpus
+            timings, stats = render.without_acceptance(timings, stats)
+        return {"timings": timings, "stats": stats}
 
     def prompt_chars(self, choice: Choice) -> int:
         """Where a completion's text starts (its first text_offset): after its prompt, echoed or not (OpenAI's

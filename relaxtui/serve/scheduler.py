@@ -261,14 +261,15 @@ class Scheduler:
 
     # -- requests -----------------------------------------------------------------------------------------------
     def jobs(self, request: CompletionRequest, prompts: Sequence[Sequence[int]], ticket: Ticket[Generated],
-             param: str) -> list[Job]:
-        """One job per (prompt, choice); choice i of prompt j is index j·n + i, seeds seed + i."""
+             param: str, scope: object = None) -> list[Job]:
+        """One job per (prompt, choice); choice i of prompt j is index j·n + i, seeds seed + i. ``scope``: whose
+        learned state (drafter corpora, prompt cache) the jobs reuse and feed (``relaxtui.serve.policy``)."""
         pair = self.pair
         assert pair is not None
         spec, rule = request.speculative, request.rule  # the rule the request reader built, once per request
         draft_max = spec.draft_max if spec.drafts else 0
-        # the one drafter of the kind asked for: the pair's own, or a standalone kind's shared by every request
-        drafter = pair.drafter_for(spec.draft_kind) if spec.drafts else None
+        # the drafter of the kind asked for: the pair's own, or a standalone kind's (one per scope where it learns)
+        drafter = pair.drafter_for(spec.draft_kind, scope) if spec.drafts else None
         jobs = []
         for j, prompt in enumerate(prompts):
             room = pair.n_ctx - len(prompt)
@@ -289,10 +290,12 @@ class Scheduler:
                                           stop=request.stop)  # the loop ends the sequence in the round that stops
                 config = self.price(config, drafter)
                 jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
-                                should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter))
+                                should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter,
+                                scope=scope))
         return jobs
 
-    def scoring_jobs(self, prompts: Sequence[Sequence[int]], top: int, ticket: Ticket[Scored]) -> list[Job]:
+    def scoring_jobs(self, prompts: Sequence[Sequence[int]], top: int, ticket: Ticket[Scored],
+                     scope: object = None) -> list[Job]:
         """One carrier job per prompt (``relaxtui.serve.scoring``): prompt j's scores come back as choice j."""
         pair = self.pair
         assert pair is not None
@@ -300,7 +303,7 @@ class Scheduler:
         for j, prompt in enumerate(prompts):
             probe = ScoringProbe(pair.verifier, prompt, top, functools.partial(ticket.should_stop, j))
             jobs.append(Job([prompt[0]], CARRIER, None, speculative=True, tag=(ticket, j),
-                            should_stop=probe.should_stop, drafter=probe))
+                            should_stop=probe.should_stop, drafter=probe, scope=scope))
         return jobs
 
     def submit(self, jobs: Sequence[Job]) -> None:

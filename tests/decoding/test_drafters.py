@@ -174,3 +174,30 @@ def test_a_batched_draft_draws_each_step_as_one_propose_per_step_would(sampling,
             assert requests[seq].rng.random() == mirror.random()  # both as far along their stream
             lengths.append(len(expected))
     assert len(set(lengths)) > 1 if p_min else set(lengths) == {4}
+
+
+@pytest.mark.parametrize("kind", ["ngram", "ngram-simple", "ngram-map", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+                                  "suffix"])
+def test_a_kind_that_drafts_from_another_sequences_output_declares_that_it_learns(kind):
+    """``DrafterTraits.learns`` is what a server reads to give each tenant its own instance: a kind whose draft for
+    one sequence changes after another sequence finished must declare it (else one key's output would draft for
+    another), and one that declares it must really draft from it (the declaration costs memory per tenant)."""
+    from relaxtui.decoding.drafters import DrafterOptions, make_drafter
+    from relaxtui.engine.fake import FakeBackend
+
+    verifier = FakeBackend(lambda context: np.zeros(VOCAB), VOCAB)
+    options = DrafterOptions(kind=kind, ngram_min=1, ngram_max=3, ngram_size_n=2, ngram_size_m=4, ngram_mod_n_min=1)
+    other = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 4  # another sequence's output: it repeats, so counts pass
+    prompt = [9, 0, 3, 4]  # leads into it, and repeats nothing of its own
+
+    def draft(learned: bool) -> list[int]:
+        drafter = make_drafter(options, verifier, openers=None)  # a standalone kind opens nothing
+        if learned:
+            drafter.begin(0, [0, 1])
+            drafter.finished(0, other)
+            drafter.release(0)
+        drafter.begin(1, prompt)
+        return list(drafter.draft([request(prompt, 4, seq=1)])[0].tokens)
+
+    changed = draft(learned=True) != draft(learned=False)
+    assert changed == make_drafter(options, verifier, openers=None).traits.learns

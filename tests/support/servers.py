@@ -21,6 +21,7 @@ from relaxtui.commands.serve import bind
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.serve.app import ServeSettings, build_app
 from relaxtui.serve.pair import FakeServedPair
+from relaxtui.serve.policy import Policy
 from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, Speculative
 from relaxtui.serve.scheduler import Scheduler
 
@@ -31,11 +32,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @contextmanager
 def running(pair: FakeServedPair | None = None, *, parallel: int = 2, keys: tuple[str, ...] = (),
-            max_queue: int = 64, timeout_s: float = 600.0, load=None, sampling: SamplingParams = GREEDY):
+            max_queue: int = 64, timeout_s: float = 600.0, load=None, sampling: SamplingParams = GREEDY,
+            policy: Policy = Policy()):
     """A server on a free loopback port in this process; yields (base URL, scheduler)."""
     pair = pair or FakeServedPair(parallel)
     scheduler = Scheduler(load or (lambda: pair), max_queue=max_queue)
-    defaults = Defaults(Speculative("strict", None, 3, "model"), sampling, 0, None, None, DRAFT_KINDS)
+    defaults = Defaults(Speculative("strict", None, 3, "model"), sampling, 0, None, None, DRAFT_KINDS, policy)
     app = build_app(scheduler, ServeSettings(defaults, keys, timeout_s=timeout_s, drain_s=5.0))
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", log_config=None))
