@@ -54,6 +54,53 @@ def test_an_hf_model_name_with_an_invalid_endpoint_is_one_line(monkeypatch, tmp_
         resolve_model("hf:acme/tiny-GGUF:Q4_K_M")
 
 
+LONG_LABEL = "a" * 64
+
+
+@pytest.mark.parametrize("value,problem", [
+    (f"http://{LONG_LABEL}.example", "longer than 63"), (f"https://x.{LONG_LABEL}", "longer than 63"),
+    ("http://" + ".".join(["a" * 60] * 5), "longer than 253"), ("http://a..b", "empty label"),
+    ("http://.example", "empty label"), ("http://a!b.example", "not allowed in a host name"),
+    ("http://-a.example", "not allowed in a host name"), ("http://[fe80::zz]", "IPv6"),
+    ("http://\u00e4" + "\u00e4" * 70 + ".example", "host"), ("http://\u2603.example", "IDNA"),
+])
+def test_a_host_llama_cpp_or_the_resolver_would_choke_on_is_one_line(monkeypatch, value, problem):
+    """A 64-character label ended in a 62-line UnicodeError from the idna codec (socket.getaddrinfo)."""
+    monkeypatch.setenv("HF_ENDPOINT", value)
+    with pytest.raises(UserError, match="^HF_ENDPOINT=.* is not a usable URL: ") as caught:
+        envvars.hub_endpoint()
+    assert problem in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["http://b\u00fccher.example", "https://hf-mirror.com.", "http://my_host:8080",
+                                   "http://[fe80::1]:9000", "http://10.0.0.1", "https://" + "a" * 63 + ".co"])
+def test_hosts_that_resolve_are_taken(monkeypatch, value):
+    monkeypatch.setenv("HF_ENDPOINT", value)
+    assert envvars.hub_endpoint() == value.rstrip("/")
+
+
+def test_a_long_host_label_through_the_command_line_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{LONG_LABEL}.example")
+    monkeypatch.setenv("RELAXTUI_MODELS", str(tmp_path))
+    assert main(["models", "pull", "acme/tiny-GGUF:Q4_K_M"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("relaxtui: error: HF_ENDPOINT=") and "Traceback" not in err, err
+    assert "longer than 63" in err
+
+
+@pytest.mark.parametrize("value", ["http://user:secret@huggingface.co", "https://secret@hf-mirror.com/hub",
+                                   "http://user:secret@h:99999", "http://user:secret@[::1"])
+def test_credentials_in_the_endpoint_are_refused_and_never_shown(monkeypatch, tmp_path, capsys, value):
+    """``http://user:secret@host`` had its password printed back in the hub-unreachable line."""
+    monkeypatch.setenv("HF_ENDPOINT", value)
+    monkeypatch.setenv("RELAXTUI_MODELS", str(tmp_path))
+    assert main(["models", "pull", "acme/tiny-GGUF:Q4_K_M"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("relaxtui: error: HF_ENDPOINT=") and "secret" not in err, err
+    if "99999" not in value and "[::1" not in value:
+        assert "HF_TOKEN" in err
+
+
 @pytest.mark.parametrize("name", ["RELAXTUI_EXTRA_BUFTS", "RELAXTUI_LLAMA_LOG", "RELAXTUI_WARMUP"])
 @pytest.mark.parametrize("value", ["yes", "true", "2", "-1", "on", "0x1", "1 1"])
 def test_flags_take_0_or_1_only(monkeypatch, name, value):
