@@ -6,7 +6,9 @@ name a FIFO, a device or a folder. A plain ``open`` of a FIFO blocks until a wri
 ``stat``-ed first (so a device is never even opened), then opened with ``O_NONBLOCK`` (a FIFO swapped in after
 the stat cannot block the open) and ``fstat``-ed again: anything but a regular file is one UserError line,
 ``task data /tmp/fifo is not a regular file (a FIFO)``, exit code 2. Every reader of a user-named path goes
-through :func:`open_regular` or :func:`read_regular_bytes`.
+through :func:`open_regular` or :func:`read_regular_bytes`. ``single_link=True`` also refuses a file with more than
+one name (a hard link): for a path someone else wrote (a task file's data), which must stay in its folder, since a
+hard link is a name in the folder for a file that may lie anywhere on the file system, and nothing can follow it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class FileMissing(FileRefused):
 
 class NotRegularFile(FileRefused):
     """A FIFO, a device, a socket or a folder where a file is expected."""
+
+
+class HardLinked(FileRefused):
+    """A file with more than one name, where one was asked for (``single_link``)."""
 
 
 class FileTooBig(FileRefused):
@@ -84,16 +90,22 @@ def check_regular(path: Path | str, what: str) -> None:
     _refuse_kind(info.st_mode, path, what)
 
 
-def open_regular(path: Path | str, what: str) -> BinaryIO:
+def open_regular(path: Path | str, what: str, *, single_link: bool = False) -> BinaryIO:
     """``path`` opened for reading in binary, known to be a regular file; the caller bounds what it reads.
-    ``what`` names the file in messages (``task data``, ``saved chat``)."""
+    ``what`` names the file in messages (``task data``, ``saved chat``). ``single_link``: refuse a file with other
+    names too (hard links), checked on the open file."""
     check_regular(path, what)  # a device or FIFO is never opened at all
     try:
         fd = os.open(path, _FLAGS)
     except OSError as exc:
         raise _os_error(exc, path, what) from None
     try:
-        _refuse_kind(os.fstat(fd).st_mode, path, what)  # swapped in between the stat and the open
+        info = os.fstat(fd)
+        _refuse_kind(info.st_mode, path, what)  # swapped in between the stat and the open
+        if single_link and info.st_nlink > 1:
+            reason = (f"has {info.st_nlink} hard links: another name for a file that may lie anywhere on this file "
+                      "system")
+            raise HardLinked(f"{what} {path} {reason}", reason)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -107,3 +107,31 @@ def test_shipped_task_files_keep_their_data_beside_them():
     for file in [REPO / "evals" / "math500.toml", *sorted((REPO / "evals" / "examples").glob("*.toml"))]:
         task = load_task(file)  # no flag: their data lives in their folder
         assert task.data.path is not None and task.load(), file
+
+
+# -- a hard link is no link to follow, but it may name a file from anywhere (issue 47) ------------------------------
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_a_hard_linked_data_file_is_refused_naming_it_and_the_flag(capsys, folders, suffix):
+    """``resolve`` sees nothing to follow in a hard link, so ``rows.jsonl`` could be ``~/.ssh/id_rsa`` under another
+    name (same file system); a data file with more than one name is refused unless the user lets data come from
+    outside the folder."""
+    task, elsewhere = folders
+    secret = elsewhere / f"secret{suffix}"
+    secret.write_text(json.dumps({"q": "a secret"}) + "\n")
+    (task / f"data{suffix}").hardlink_to(secret)
+    file = task_file(task, f"data{suffix}")
+    assert main(["tasks", "check", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert str(task / f"data{suffix}") in err and "hard link" in err and FLAG in err, err
+    with pytest.raises(UserError, match="hard link"):
+        load_task(file).load()
+    if suffix == ".jsonl":  # the flag reads it as any other data from outside
+        assert [s.messages[0].content for s in get(str(file), allow_outside_data=True).load()] == ["a secret"]
+
+
+def test_a_data_file_given_by_the_user_may_be_hard_linked(capsys, folders):
+    task, elsewhere = folders
+    (task / "mine.jsonl").hardlink_to(elsewhere / "rows.jsonl")
+    file = task_file(task, "rows.jsonl")
+    assert [s.messages[0].content for s in load_task(file).load(task / "mine.jsonl")] == ["elsewhere"]  # --data

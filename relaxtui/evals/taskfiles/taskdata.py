@@ -6,7 +6,10 @@ absence is one line saying so. Hub datasets load through ``tasks.hub.load_hub_ro
 token for gated ones), pinned by ``revision`` when the file gives one.
 
 A local path must stay in the task file's folder once resolved (``inside_folder``; ``--allow-outside-data``
-lifts it), and is read only as a regular file (``relaxtui.files``: a FIFO or ``/dev/zero`` is one line).
+lifts it), and is read only as a regular file (``relaxtui.files``: a FIFO or ``/dev/zero`` is one line) with no
+other name: ``resolve`` finds nothing to follow in a hard link, yet ``rows.jsonl`` in the folder could be another
+name for ``~/.ssh/id_rsa`` (``contained``; the flag lifts that too). Hard links have uses (a deduplicated dataset
+store), but a task file's data is no place to need one: a copy, or the flag, reads it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from relaxtui.errors import UserError
 from relaxtui.evals.taskfiles.tomltable import Table
 from relaxtui.evals.tasks.base import DATA_FILE, Located, bad, numbered, read_rows
-from relaxtui.files import FileMissing, open_regular
+from relaxtui.files import FileMissing, HardLinked, open_regular
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 ALLOW_OUTSIDE_FLAG = "--allow-outside-data"
@@ -35,6 +38,7 @@ class DataSource:
     config: str | None = None
     split: str = "train"
     revision: str | None = None
+    contained: bool = False  # a task file's own path, held to its folder: a hard-linked file is refused
 
     @classmethod
     def read(cls, table: Table, base: Path, *, allow_outside: bool = False) -> DataSource:
@@ -50,7 +54,7 @@ class DataSource:
                     raise table.error(key, "applies to a hub dataset, not to a local path")
             if not allow_outside:
                 inside_folder(table, path, base)
-            return cls(path=base / path)
+            return cls(path=base / path, contained=not allow_outside)
         return cls(hub=hub, config=config, split=split, revision=revision)
 
     def add_to(self, digest: hashlib._Hash) -> None:
@@ -58,11 +62,18 @@ class DataSource:
         if self.path is None:
             return
         try:
-            with open_regular(self.path, DATA_FILE) as stream:  # a FIFO or a device: one line, never a hang
+            with open_regular(self.path, DATA_FILE, single_link=self.contained) as stream:  # a FIFO: one line
                 while chunk := stream.read(1 << 20):
                     digest.update(chunk)
         except (FileMissing, OSError):  # a missing file is reported when rows are read (or --data replaces it)
             digest.update(b"\0missing")
+        except HardLinked as exc:
+            raise hard_linked(exc) from None
+
+
+def hard_linked(exc: HardLinked) -> UserError:
+    """A task file's hard-linked data file, refused in one line that says how to read it anyway."""
+    return UserError(f"{exc}; copy it into the folder, or pass {ALLOW_OUTSIDE_FLAG} to read data from anywhere")
 
 
 def inside_folder(table: Table, path: str, base: Path) -> None:
@@ -80,13 +91,14 @@ def inside_folder(table: Table, path: str, base: Path) -> None:
                           f"pass {ALLOW_OUTSIDE_FLAG} to read data from there")
 
 
-def parquet_rows(path: Path) -> list[Located]:
-    """The rows of a Parquet file as plain Python values, located as ``file row N``."""
+def parquet_rows(path: Path, *, single_link: bool = False) -> list[Located]:
+    """The rows of a Parquet file as plain Python values, located as ``file row N`` (``single_link``: see
+    ``DataSource.contained``)."""
     try:
         import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
     except ImportError:
         raise UserError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), not installed here") from None
-    with open_regular(path, DATA_FILE) as stream:  # pyarrow reads the checked file, never the name again
+    with open_regular(path, DATA_FILE, single_link=single_link) as stream:  # pyarrow reads this file, not the name
         try:
             if os.fstat(stream.fileno()).st_size > MAX_PARQUET_BYTES:
                 raise bad(str(path), f"larger than {MAX_PARQUET_BYTES >> 20} MiB: refused")
@@ -106,6 +118,9 @@ def read_source(source: DataSource) -> list[Located]:
 
         assert source.hub is not None
         return load_hub_rows(source.hub, config=source.config, split=source.split, revision=source.revision)
-    if source.path.suffix.lower() in PARQUET_SUFFIXES:
-        return parquet_rows(source.path)
-    return read_rows(source.path)
+    try:
+        if source.path.suffix.lower() in PARQUET_SUFFIXES:
+            return parquet_rows(source.path, single_link=source.contained)
+        return read_rows(source.path, single_link=source.contained)
+    except HardLinked as exc:
+        raise hard_linked(exc) from None

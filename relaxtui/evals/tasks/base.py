@@ -183,17 +183,18 @@ def _csv(stream: DataStream, path: Path, gzipped: bool) -> list[Located]:
     return rows
 
 
-def read_rows(path: Path, *, by_suffix: bool = True) -> list[Located]:
+def read_rows(path: Path, *, by_suffix: bool = True, single_link: bool = False) -> list[Located]:
     """The rows of a data file, each with where it came from; any defect is one UserError naming file and row.
 
     By suffix: ``.csv`` (a header row), ``.json`` (a list of objects), anything else JSON lines; ``.gz`` is
     gunzipped first (bounded) and read by the suffix before it (``HumanEval.jsonl.gz``). ``by_suffix=False``
-    reads JSON lines whatever the name, as the math tasks always have.
+    reads JSON lines whatever the name, as the math tasks always have. ``single_link``: refuse a hard-linked file
+    (``relaxtui.files.open_regular``; a task file's own data path).
     """
     gzipped = path.suffix == ".gz"
     suffix = (path.with_suffix("") if gzipped else path).suffix if by_suffix else ".jsonl"
     reader = {".csv": _csv, ".json": _json_list}.get(suffix, _jsonl)
-    with open_regular(path, DATA_FILE) as raw:  # a FIFO, a device or a folder: one line, never a hang
+    with open_regular(path, DATA_FILE, single_link=single_link) as raw:  # a FIFO, a device or a folder: one line
         try:
             with gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw as stream:
                 return reader(stream, path, gzipped)
