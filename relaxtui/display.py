@@ -53,6 +53,8 @@ def type_name(value: object, *, array: str = "a list", table: str = "an object")
 WALL_CLOCK = "wall-clock"  # measured: tokens/s over the verifier alone's, both timed on this machine
 PREDICTED = "predicted"  # the cost model's forecast of a speed (bench's calibrated costs, --draft-max auto)
 PRICED = "priced"  # the cost model's price of the rounds that ran, under a named cost profile
+REPLAYED = "replayed"  # the cost model's price of rounds that did not run: another rule's expected acceptance on a
+# recorded strict run's own drafts (costmodel/replay.py), priced as PRICED prices
 
 
 def priced_label(profile: str) -> str:

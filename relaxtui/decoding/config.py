@@ -41,6 +41,8 @@ class GenerationConfig:
     # models run (relaxtui.costmodel.verify_prices); empty: not measured, nothing is cut
     logprobs: bool = False  # a consumer reads T=1 probabilities: each token's log p(x) (eval's drift) or greedy's p(x)
     # (serve's logprobs): candidate rows then carry the row's normaliser (whole rows always give it)
+    record_rows: bool = False  # keep each round's drafts and sparse p/q rows (``Finished.round_rows``) for a replay
+    # of other rules on the same drafts (costmodel/replay.py); off: one attribute check per round, nothing kept
 
     def __post_init__(self) -> None:
         checks.DRAFT_MAX.check(self.draft_max, "draft_max")  # (named as the option table names them)

@@ -193,6 +193,36 @@ class Metrics:
         return data
 
 
+@dataclass(frozen=True, slots=True, repr=False)
+class SparseRows:
+    """One side (p or q) of a round's processed distributions at its drafted positions, as a few entries per row:
+    the support where top-k/top-p bound it to at most ``K_MAX`` ids (``decoding/round_rows.py``), else the ``K_MAX``
+    likeliest ids with the mass left out in ``rest``. Arrays are read-only (an event is immutable)."""
+
+    ids: np.ndarray  # [n, K] int32, likeliest first; -1 pads a row with fewer entries
+    probs: np.ndarray  # [n, K] float32, aligned with ids; 0 in the pads
+    rest: np.ndarray  # [n] float32: processed mass outside the kept ids (0 when the support fits)
+    at_x: np.ndarray  # [n] float64: the probability of the drafted token, exact even when it is not kept
+
+    def __repr__(self) -> str:
+        return f"SparseRows({self.ids.shape[0]} rows of {self.ids.shape[1]} entries)"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRows:
+    """What one round's drafts were judged on, kept (``GenerationConfig.record_rows``) so that another rule can be
+    replayed on the same drafts without generating (``costmodel/replay.py``, docs/metrics.md#replayed-speed-up): the
+    drafted tokens, p_i (the verifier's) and q_i (the drafter's) at each drafted position i = 1..n — all of them, the
+    ones past the first rejection too: the verify batch computed them — and how many the round's own rule accepted."""
+
+    index: int  # the round's number in its generation (RoundTiming.index)
+    tokens: tuple[int, ...]  # x_1..x_n as verified (after --draft-min and priced drafting's cut); () a verifier step
+    n_accepted: int
+    p: SparseRows
+    q: SparseRows
+    has_distribution: bool = True  # False: the drafter hands no q (n-gram, suffix): q is one-hot on each x_i
+
+
 @dataclass(frozen=True, slots=True)
 class Finished:
     """Last event of a stream: the full text and the metrics. Per emitted token, ``verifier_logprobs`` holds
@@ -204,6 +234,8 @@ class Finished:
     token_ids: tuple[int, ...] = field(repr=False, default=())
     verifier_logprobs: tuple[float | None, ...] = field(repr=False, default=())
     verifier_probs: tuple[float, ...] = field(repr=False, default=())
+    round_rows: tuple[RoundRows, ...] = field(repr=False, default=())  # every round's rows, in order, when the
+    # config asked for them (``record_rows``); empty otherwise
 
 
 Event = TokenEvent | Finished

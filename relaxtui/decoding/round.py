@@ -32,8 +32,9 @@ from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.draft_cut import KeepOdds, cuts_drafts
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
-from relaxtui.decoding.events import Finished, Metrics, RoundTiming, TokenEvent
+from relaxtui.decoding.events import Finished, Metrics, RoundRows, RoundTiming, TokenEvent
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
+from relaxtui.decoding.round_rows import record_round
 from relaxtui.decoding.sampling import one_hot, spawn_generators
 from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
@@ -101,6 +102,7 @@ class Slot:
     # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
     odds: KeepOdds | None = None  # priced drafting (``draft_cut``): how this sequence's drafts fared; None: off
     proposal: Draft | None = None  # this round, priced drafting: the drafter's whole proposal (maybe cut)
+    recorded: list[RoundRows] = field(default_factory=list)  # every round's rows (config.record_rows), for a replay
 
     @cached_property
     def acceptance(self) -> Acceptance:
@@ -244,6 +246,9 @@ def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     drafter = slot.drafter
     emitted = accept_draft(slot.draft, target_logits, slot.acceptance, slot.accept_rng, _bonus_step(slot))
     n_accepted = len(emitted) - 1
+    if slot.config.record_rows:  # (before the trim: an engine's rows are views of a buffer the next decode reuses)
+        slot.recorded.append(record_round(slot.counters.rounds, slot.draft, target_logits, slot.config.sampling,
+                                          n_accepted, drafter is None or drafter.traits.has_distribution))
     told = n_accepted
     if slot.odds is not None:
         right = slot.odds.observe(slot.proposal.tokens if slot.proposal is not None else (),
@@ -344,7 +349,8 @@ def finished(slot: Slot, clock: Callable[[], float]) -> Finished:
                             finish=slot.finish or "stopped", extra_draft_steps=slot.extra_steps,
                             prefill_decoded=slot.prefill_decoded,
                             copied_bytes=copied_bytes(slot.verifier, slot.drafter) - slot.copied_before)
-    return Finished("".join(slot.text_parts), metrics, tuple(slot.output), tuple(slot.logprobs), tuple(slot.probs))
+    return Finished("".join(slot.text_parts), metrics, tuple(slot.output), tuple(slot.logprobs), tuple(slot.probs),
+                    tuple(slot.recorded))
 
 
 def build_metrics(prompt_tokens: int, output_tokens: int, counters: RoundCounters, *, prefill_s: float,

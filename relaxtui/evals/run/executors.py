@@ -115,7 +115,7 @@ class SequentialExecutor(_Local):
             assert finished is not None
             if finished.metrics.finish_reason == "stopped":
                 return  # the unfinished sample is not recorded; the next run redoes it
-            yield make_record(task, unit, finished)
+            yield make_record(task, unit, finished, plan)
 
 
 class ParallelExecutor(_Local):
@@ -152,7 +152,7 @@ class ParallelExecutor(_Local):
         for job, finished in batch.run(should_stop, tokens=False):
             if not isinstance(finished, Finished) or finished.metrics.finish_reason == "stopped":
                 continue  # the unfinished unit is not recorded; the next run redoes it
-            yield make_record(task, job.tag, finished)
+            yield make_record(task, job.tag, finished, plan)
 
 
 def local_executor(verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],

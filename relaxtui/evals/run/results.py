@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from relaxtui import checks
+from relaxtui.costmodel.replay_rows import rows_path
 from relaxtui.errors import UserError
 from relaxtui.evals.run.identity import ENVIRONMENT, RunIdentity
 from relaxtui.files import read_regular_bytes, write_atomic
@@ -252,6 +253,14 @@ class ResultsStore:
 
     def done_keys(self) -> set[tuple[str, str, int]]:
         return {(r["config_id"], r["problem_id"], r["seed"]) for r in self.records()}
+
+    def write_rows(self, key: tuple[str, str, int], payload: bytes) -> Path:
+        """A unit's recorded rounds (``costmodel/replay_rows.py``), whole or not at all; returns where."""
+        config_id, problem_id, seed = key
+        path = rows_path(self.directory, config_id, problem_id, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, payload)
+        return path
 
     def append(self, record: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as stream:

@@ -21,7 +21,7 @@ from relaxtui.evals.run.executors import Executor, local_executor
 from relaxtui.evals.run.identity import RunIdentity
 from relaxtui.evals.run.plan import EvalPlan
 from relaxtui.evals.run.results import ResultsStore
-from relaxtui.evals.run.units import WorkUnit
+from relaxtui.evals.run.units import ROWS_FIELD, WorkUnit
 from relaxtui.evals.tasks.base import Sample, Task
 
 __all__ = ["SampleDone", "plan_units", "run_eval", "run_units"]
@@ -61,6 +61,9 @@ def run_units(task: Task, samples: Sequence[Sample], plan: EvalPlan, identity: R
         if key in done_keys:
             continue  # an executor that retried a unit may return it twice: the first one wins
         done_keys.add(key)
+        rows = record.pop(ROWS_FIELD, None)
+        if rows is not None:  # before the line: a unit with a line has its rows, and a resumed run skips both
+            store.write_rows(key, rows)
         store.append(record)
         done += 1
         on_sample(SampleDone(record, done, len(units), skipped))

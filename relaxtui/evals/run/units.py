@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from relaxtui.costmodel.replay_rows import pack
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished
 from relaxtui.evals.analysis.degeneracy import is_degenerate
@@ -22,9 +23,11 @@ from relaxtui.rules import Rule
 if TYPE_CHECKING:
     from relaxtui.evals.run.plan import EvalPlan
 
-__all__ = ["WorkUnit", "failed_record", "make_record", "row_problem", "unit_config"]
+__all__ = ["ROWS_FIELD", "WorkUnit", "failed_record", "make_record", "row_problem", "unit_config"]
 
 FAILED = "failed: "  # how a record's detail starts when its row failed at run time (the run went on)
+ROWS_FIELD = "round_rows"  # a record's recorded rounds on their way to the driver (bytes of a rows file,
+# costmodel/replay_rows.py): the driver writes them beside the results and never into a result line
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,13 @@ class WorkUnit:
 
 
 
-def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any]:
-    """The JSON line of a finished unit: identity, output, score, and every counter the reports need."""
+def make_record(task: Task, unit: WorkUnit, finished: Finished, plan: EvalPlan | None = None) -> dict[str, Any]:
+    """The JSON line of a finished unit: identity, output, score, and every counter the reports need; with the
+    unit's recorded rounds (``plan.record_rows``) under ``ROWS_FIELD``, for the driver to write apart."""
     metrics = finished.metrics
     score = task.score(finished.text, unit.sample)
-    return {
+    rows = {ROWS_FIELD: _packed_rows(unit, finished, plan)} if plan is not None and finished.round_rows else {}
+    return {**rows,
         "task": task.name, "task_version": task.version, "problem_id": unit.sample.id,
         "config_id": unit.config_id, "config": {**asdict(unit.point), "label": unit.point.label},
         "seed": unit.seed, "repeat": unit.repeat,
@@ -68,6 +73,15 @@ def make_record(task: Task, unit: WorkUnit, finished: Finished) -> dict[str, Any
         "scored": getattr(task, "scored", True),
         **record_signals(finished.token_ids, finished.verifier_logprobs, finished.verifier_probs),
     }
+
+
+def _packed_rows(unit: WorkUnit, finished: Finished, plan: EvalPlan) -> bytes:
+    sampling = plan.sampling
+    meta = {"config_id": unit.config_id, "problem_id": unit.sample.id, "seed": unit.seed,
+            "draft_max": unit.point.draft_max, "rule": unit.point.rule, "knob": unit.point.knob,
+            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+            "finish_reason": finished.metrics.finish_reason, "output_tokens": finished.metrics.output_tokens}
+    return pack(finished.round_rows, meta)
 
 
 def failed_record(task: Task, unit: WorkUnit, reason: str) -> dict[str, Any]:
@@ -101,7 +115,7 @@ def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule 
     rule = plan.rule_at(unit.point)
     config = GenerationConfig(draft_max=unit.point.draft_max, max_tokens=plan.max_tokens, sampling=plan.sampling,
                               seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive,
-                              draft_cut=plan.draft_cut,
+                              draft_cut=plan.draft_cut, record_rows=plan.record_rows and unit.point.rule is not None,
                               stop=tuple(unit.sample.meta.get("stop", ())),  # a task file's stop strings
                               dense_rows=True, logprobs=True,  # the drift signals read each token's log p(x)
                               # at T=1, which only whole rows give for every token of every rule: every config of a
