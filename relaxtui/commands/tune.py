@@ -36,7 +36,7 @@ from relaxtui.commands.eval import (
 from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile
 from relaxtui.costmodel.verify_prices import pricer
-from relaxtui.decoding.drafters import STANDALONE_KINDS
+from relaxtui.decoding.drafters import STANDALONE_KINDS, drafter_kind
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
 from relaxtui.evals.analysis.report import (
@@ -219,8 +219,9 @@ def run(args: argparse.Namespace) -> int:
     title = one_line(f"tune {task.name} (K={len(samples)}) — {Path(args.verifier).name}")
     show(title, summaries, args.parallel, out, profiles)
     advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None,
-                       task_size=len(every_sample), max_drift=args.max_drift)
-    print("\nPareto front: " + ", ".join(s.label for s in advice.front))
+                       task_size=len(every_sample), max_drift=args.max_drift,
+                       model_free=model_free_labels(summaries, drafter_runs))
+    print("\n" + advice.front_line())
     print("\n".join(advice.lines()))
     print(f"\nresults, summary.md and pareto.png in {out}")
     if not checks:
@@ -339,6 +340,15 @@ def summarise_drafters(groups: list[tuple[list[Record], list[CostProfile]]],
         summaries += [s for s in summarise(rows, profiles, wall_clock=wall_clock)
                       if position == 0 or s.rule is not None]
     return summaries
+
+
+def model_free_labels(summaries: list[ConfigSummary], drafter_runs: list[DrafterRun]) -> set[str]:
+    """The settings whose drafter runs no model (suffix, the n-gram kinds): the advice offers them no cheaper
+    drafter. With several drafters each setting's label ends with its drafter's folder (``summarise_drafters``)."""
+    free = [run.stem for run in drafter_runs if drafter_kind(run.options.draft_kind).standalone]
+    if len(drafter_runs) == 1:
+        return {s.label for s in summaries} if free else set()
+    return {s.label for s in summaries if any(s.label.endswith(f" [{stem}]") for stem in free)}
 
 
 def _best_strict_n(records: list[Record], profile: CostProfile | None) -> int:

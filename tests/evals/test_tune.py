@@ -149,6 +149,72 @@ def test_tiny_real_tune(capsys, tmp_path, test_model_path):
                  "--ctx-size", "1024", "--out", str(tmp_path)])
     assert code == 0
     out = capsys.readouterr().out
-    assert "Pareto front:" in out and "strict N=1" in out and "cactus(1) N=" in out
+    assert ("Pareto front:" in out or "no speed-accuracy trade-off to show:" in out) and "strict N=1" in out
+    assert "cactus(1) N=" in out
     assert "speed-up = priced speed-up under cost profile 'this-machine'" in out and "caveat: only 2 problems" in out
     assert (tmp_path / "summary.md").exists()
+
+
+# -- issue 44, Found 5: advice words that fit what ran -----------------------------------------------------------
+FREE_DRAFTER = CostProfile("unit", "", "", "suffix", 10.0, 0.0, {1: 10.0, 4: 12.0})  # this-machine with suffix: t_D = 0
+
+
+def _not_paying(label="strict N=3"):
+    return [summary("no-spec", None, 1.0, 0.5), summary(label, "strict", 0.9, 0.5)]
+
+
+def test_a_cheaper_drafter_is_advised_only_for_a_drafter_that_costs_something():
+    """Issue 44: "a cheaper drafter" was suggested when the drafter was already free (suffix)."""
+    model = recommend(_not_paying(), max_drop=1.0, profile=PROFILE).lines()[1]
+    assert "keep the verifier alone or a cheaper drafter" in model  # t_D = 1 ms: a cheaper one would help
+    for free in (recommend(_not_paying(), max_drop=1.0, profile=FREE_DRAFTER),  # the profile prices it at 0
+                 recommend(_not_paying(), max_drop=1.0, profile=PROFILE, model_free={"strict N=3"})):  # its kind
+        line = free.lines()[1]
+        assert line.startswith("1. speculation does not pay here") and "cheaper drafter" not in line
+        assert "keep the verifier alone; the drafter already costs nothing here" in line
+    # another setting's drafter being free says nothing of this one's
+    other = recommend(_not_paying(), max_drop=1.0, profile=PROFILE, model_free={"strict N=3 [suffix]"})
+    assert "or a cheaper drafter" in other.lines()[1]
+
+
+def test_a_pareto_front_is_named_only_when_speed_trades_against_accuracy():
+    traded = [summary("no-spec", None, 1.0, 0.60), summary("strict N=3", "strict", 1.2, 0.60),
+              summary("cactus(1) N=3", "cactus", 1.5, 0.55, knob=1.0)]
+    assert recommend(traded, max_drop=2.0, profile=PROFILE).front_line() == (
+        "Pareto front: strict N=3, cactus(1) N=3")
+
+
+def test_no_pareto_front_is_named_when_every_setting_ties_on_speed():
+    """Issue 44: a Pareto front was named when every setting tied at 1.000x."""
+    tied = [summary("no-spec", None, 1.0, 0.0), summary("strict N=2", "strict", 1.0, 0.0, n=2),
+            summary("strict N=3", "strict", 1.0, 0.0), summary("cactus(1) N=3", "cactus", 1.0, 0.0, knob=1.0)]
+    line = recommend(tied, max_drop=2.0, profile=PROFILE).front_line()
+    assert "Pareto front" not in line
+    assert line == ("no speed-accuracy trade-off to show: every setting runs at 1.000x priced unit and scores "
+                    "0.0%; nothing here tells them apart")
+    apart = [*tied[:3], summary("cactus(1) N=3", "cactus", 1.0, 0.5, knob=1.0, wins=200)]
+    assert recommend(apart, max_drop=2.0, profile=PROFILE).front_line() == (
+        "no speed-accuracy trade-off to show: every setting runs at 1.000x priced unit; by accuracy: "
+        "cactus(1) N=3 (50.0%)")
+
+
+def test_one_setting_that_beats_every_other_is_named_as_such():
+    ahead = [summary("no-spec", None, 1.0, 0.5), summary("strict N=2", "strict", 1.1, 0.5, n=2),
+             summary("strict N=3", "strict", 1.2, 0.6)]
+    assert recommend(ahead, max_drop=2.0, profile=PROFILE).front_line() == (
+        "no speed-accuracy trade-off to show: strict N=3 is at least as fast and as accurate as every other setting")
+
+
+def test_tune_knows_which_settings_draft_without_a_model():
+    from types import SimpleNamespace
+
+    from relaxtui.commands.tune import model_free_labels
+
+    def run(stem, kind):
+        return SimpleNamespace(stem=stem, options=SimpleNamespace(draft_kind=kind))
+
+    alone = [summary("no-spec", None, 1.0, 0.5), summary("strict N=3", "strict", 0.9, 0.5)]
+    assert model_free_labels(alone, [run("suffix", "suffix")]) == {"no-spec", "strict N=3"}
+    assert model_free_labels(alone, [run("small", "model")]) == set()
+    both = [summary("strict N=3 [small]", "strict", 0.9, 0.5), summary("strict N=3 [suffix]", "strict", 0.8, 0.5)]
+    assert model_free_labels(both, [run("small", "model"), run("suffix", "suffix")]) == {"strict N=3 [suffix]"}

@@ -16,6 +16,7 @@ an open-ended task (nothing scored) drift is the whole verdict.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from relaxtui.costmodel.pricing import break_even
@@ -73,6 +74,8 @@ class Recommendation:
     max_drift: float | None = None  # nats/token of verifier log-prob a relaxed setting may lose (None: not judged)
     scored: bool = True  # False: an open-ended task, judged on drift alone
     not_paying: tuple[ConfigSummary, ...] = ()  # relaxed settings faster than strict yet at most 1.0x: not "faster"
+    placed: tuple[ConfigSummary, ...] = ()  # every setting with a speed-up on the basis (what the front ranks)
+    primary: str | None = None  # the profile pricing speed (None: the wall clock)
 
     def _bounds_text(self) -> str:
         accuracy = f"lose at most {self.max_drop:g} accuracy points" if self.scored else ""
@@ -106,6 +109,21 @@ class Recommendation:
         return lines
 
 
+    def front_line(self) -> str:
+        """The Pareto front, named only where speed trades against quality: when every setting ties on speed (as
+        the table shows it) or one setting is ahead on both, there is no front to name, and the line says which."""
+        if not self.placed:
+            return "Pareto front: no setting has a speed-up to place on one"
+        speeds = {ratio_text(speed_of(s, self.primary)) for s in self.placed}
+        if len(speeds) == 1:
+            return NO_TRADE + _tied_on_speed(self.placed, speeds.pop(), self.primary, self.scored)
+        coordinates = {(speed_of(s, self.primary), _quality(s, self.scored)) for s in self.front}
+        if len(coordinates) == 1:
+            quality = "as accurate" if self.scored else "drifts as little"
+            return (NO_TRADE + f"{' and '.join(s.label for s in self.front)} "
+                    f"{'is' if len(self.front) == 1 else 'are'} at least as fast and {quality} as every other setting")
+        return "Pareto front: " + ", ".join(s.label for s in self.front)
+
     def _more_data(self, item: Unresolved) -> str:
         """How many problems would settle it (accuracy, then drift), bounded by what the task has."""
         parts = [self._more_for(item.problems_needed, item.summary.problems, self.max_drop, "--max-drop",
@@ -124,6 +142,24 @@ class Recommendation:
         more = max(needed - ran, 1)
         return (f"about {more} more problem{'s' * (more != 1)} ({needed} in all) would resolve {option} "
                 f"{bound:g} if the estimate holds")
+
+
+NO_TRADE = "no speed-accuracy trade-off to show: "
+
+
+def _tied_on_speed(placed: Sequence[ConfigSummary], speed: str, primary: str | None, scored: bool) -> str:
+    """Every setting at one speed: what still tells them apart (accuracy, or drift for an open-ended task)."""
+    basis = f"{speed} {priced_label(primary) if primary is not None else WALL_CLOCK}"
+    best = max(_quality(s, scored) for s in placed)
+    top = [s for s in placed if _quality(s, scored) == best]
+    if len(top) == len(placed):
+        scores = f" and scores {100 * top[0].accuracy:.1f}%" if scored else ""
+        return f"every setting runs at {basis}{scores}; nothing here tells them apart"
+    if scored:
+        return f"every setting runs at {basis}; by accuracy: " + ", ".join(
+            f"{s.label} ({100 * s.accuracy:.1f}%)" for s in top)
+    return f"every setting runs at {basis}; by drift: " + ", ".join(
+        f"{s.label} ({drift_text(s).removeprefix(', ') or 'the reference'})" for s in top)
 
 
 def _numbers(s: ConfigSummary) -> str:
@@ -180,10 +216,13 @@ def judge(s: ConfigSummary, *, max_drop: float, max_drift: float | None, scored:
 
 
 def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostProfile | None = None,
-              task_size: int | None = None, max_drift: float | None = None) -> Recommendation:
+              task_size: int | None = None, max_drift: float | None = None,
+              model_free: Collection[str] = ()) -> Recommendation:
     """``max_drop`` is in accuracy points; ``profile`` (if any) prices speed and the break-even line;
     ``task_size`` (the task's problems in all) bounds how many problems the advice may ask for; ``max_drift``
-    (nats/token) also bounds drift — an open-ended task without one is judged at ``DEFAULT_MAX_DRIFT``."""
+    (nats/token) also bounds drift — an open-ended task without one is judged at ``DEFAULT_MAX_DRIFT``;
+    ``model_free``: the labels of the settings whose drafter runs no model (suffix, the n-gram kinds), for which a
+    cheaper drafter is no advice."""
     scored = any(s.scored for s in summaries) if summaries else True
     if not scored and max_drift is None:
         max_drift = DEFAULT_MAX_DRIFT
@@ -210,8 +249,7 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
             else:
                 unresolved.append(verdict)
     winners.sort(key=lambda s: -speed_of(s, primary))
-    points = {(speed_of(s, primary), _quality(s, scored)): s for s in placed}
-    front = [points[p] for p in pareto_front(list(points))]
+    front = _front(placed, primary, scored)
     problems = max((s.problems for s in placed), default=0)
     caveats = []
     if problems < MIN_INTERVAL_PROBLEMS:
@@ -231,6 +269,25 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
                   f"{speed_of(best_strict, primary):.2f}x")
         if profile is not None:
             slower += (f"; {break_even(profile, best_strict.draft_max).need()} (it reached "
-                       f"{best_strict.mean_accepted_length:.2f}); keep the verifier alone or a cheaper drafter")
+                       f"{best_strict.mean_accepted_length:.2f}); {_keep_advice(profile, best_strict, model_free)}")
     return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop, task_size,
-                          max_drift, scored, tuple(sorted(not_paying, key=lambda s: -speed_of(s, primary))))
+                          max_drift, scored, tuple(sorted(not_paying, key=lambda s: -speed_of(s, primary))),
+                          tuple(placed), primary)
+
+
+def _front(placed: Sequence[ConfigSummary], primary: str | None, scored: bool) -> list[ConfigSummary]:
+    """The settings on the speed-quality Pareto front, by speed (settings at the same point all appear)."""
+    def point(s: ConfigSummary) -> tuple[float, float]:
+        return speed_of(s, primary), _quality(s, scored)
+
+    front = set(pareto_front([point(s) for s in placed]))
+    return sorted((s for s in placed if point(s) in front), key=point)
+
+
+def _keep_advice(profile: CostProfile, strict: ConfigSummary, model_free: Collection[str]) -> str:
+    """What to do when strict does not pay: a cheaper drafter only where the drafter costs something — not for
+    one that runs no model (its kind says so) or that the profile prices at nothing (c_rel 0)."""
+    if profile.drafter_ms == 0 or strict.label in model_free:
+        return ("keep the verifier alone; the drafter already costs nothing here, so a cheaper one cannot help "
+                "(only drafts the verifier accepts more often could)")
+    return "keep the verifier alone or a cheaper drafter"
