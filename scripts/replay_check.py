@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> tuple[list[Line], CostProfile, float]:
                            threads=args.threads, ctx_size=args.ctx_size, draft_max=args.draft_max)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     common = dict(draft_max=(args.draft_max,), max_tokens=args.max_tokens, sampling=sampling, draft_cut=args.draft_cut)
-    strict_plan = EvalPlan(rules=("strict",), no_spec=True, record_rows=True, **common)  # type: ignore[arg-type]
-    relaxed_plan = EvalPlan(rules=tuple(args.settings), no_spec=False, **common)  # type: ignore[arg-type]
+    strict_plan = EvalPlan(rules=("strict",), no_spec=True, record_rows=True, **common)
+    relaxed_plan = EvalPlan(rules=tuple(args.settings), no_spec=False, **common)
     identity = RunIdentity.of(task, options, strict_plan, thinking=None, data=None)
     store = ResultsStore(args.out or Path("results") / f"replay-check-{task.name}")
     store.check(identity)
