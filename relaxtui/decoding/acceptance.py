@@ -8,6 +8,11 @@ path — taken when top-k/top-p bound the support and the rule does not declare 
 and q on the union of their supports (a few dozen ids): every rule but the logit-reading ones computes elementwise
 over p and q, and both are zero elsewhere, so nothing changes but the cost. The *dense* path hands it whole rows
 over the vocabulary. The support and dense paths give the same law and, from the same generator, the same tokens.
+
+Two rules' traits take them off those one-position paths (docs/method.md "Rules that see more than one position"),
+each with one check per round: a rule that keeps its relaxation at temperature 0 (``Rule.greedy_top``: FLy, the
+top-k rules) is judged greedy from each row's largest probabilities at T = 1, and a look-ahead rule (``Rule.lookahead``:
+FLy) on the look-ahead path, which may keep a draft its test rejects when the drafts after it pass.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from relaxtui.decoding.sampling import (
 )
 from relaxtui.engine.api import Row, Rows, RowSpec, as_rows
 from relaxtui.errors import NumericsError
-from relaxtui.rules.base import Rule, accept_chance, require_finite, require_finite_values, residual
+from relaxtui.rules.base import Decision, Rule, accept_chance, require_finite, require_finite_values, residual
 
 DraftStep = Callable[[], tuple[np.ndarray, np.ndarray | None]]  # one extra drafter step: (q, raw logits) at N+1
 Point = tuple[float, float, float, float, tuple[tuple[str, float], ...]]  # p(x), q(x), π(x), chance, statistic
@@ -45,13 +50,15 @@ class Acceptance:
     bonus: "auto" (the rule's own policy: relaxed for scd, p otherwise), "target" (always p) or "relaxed" (the
     rule's target at N+1 for every rule); a verifier-only step always samples p. dense: whole rows even where the
     support path applies (``takes_support``). show: attach the distributions behind each token (``Shown``), for a
-    face that shows alternatives."""
+    face that shows alternatives. draft_max: the generation's N, from which a look-ahead rule sizes its window (None:
+    each round's own draft length stands in)."""
 
     rule: Rule
     sampling: SamplingParams
     bonus: str = "auto"
     dense: bool = False
     show: bool = False
+    draft_max: int | None = None
 
     def on_support(self, vocab_size: int) -> bool:
         return not self.dense and takes_support(self.rule, self.sampling, vocab_size)
@@ -74,6 +81,9 @@ def row_spec(rule: Rule, sampling: SamplingParams, vocab_size: int, *, dense: bo
     if dense or rule.needs_logits or k is None:
         return None
     if sampling.greedy:
+        top = rule.greedy_top()
+        if top:  # it reads the row's top at T = 1 and may keep a token outside it: every log p(x) needs whole rows
+            return None if logprobs else RowSpec(max(k, top), True)
         return RowSpec(k, logprobs or alternatives > 0)
     return None if logprobs and rule.may_leave_support else RowSpec(k, logprobs)
 
@@ -88,8 +98,13 @@ def accept_draft(draft: Draft | None, rows: Rows, acceptance: Acceptance, rng: n
     relaxed bonus."""
     rows, draft = as_rows(rows), draft if draft is not None else NO_DRAFT
     assert len(rows) == len(draft.tokens) + 1, "verifier rows must be N+1"
+    rule = acceptance.rule
     if acceptance.sampling.greedy:
+        if rule.lookahead or rule.greedy_top():
+            return _greedy_relaxed(draft, rows, acceptance)
         return _greedy(draft, rows, acceptance.show)
+    if rule.lookahead:
+        return _lookahead(draft, rows, acceptance, rng, bonus_draft)
     if acceptance.on_support(rows[0].vocab_size):
         return _on_support(draft, rows, acceptance, rng, bonus_draft)
     if not rows[0].complete:
@@ -319,3 +334,149 @@ def _greedy_shown(row: Row, q_row: Row | None) -> Shown | None:
         q_ids = np.argpartition(q, -len(ids))[-len(ids):] if len(ids) < len(q) else np.arange(len(q))
         q = q[q_ids]
     return Shown(p, q, ids, q_ids)
+
+
+# -- rules that see more than one position -------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Position:
+    """One draft position as the look-ahead path judged it: its arrays, the rule's decision, and whether the draft
+    passed the rule's own test with the uniform drawn for it."""
+
+    judged: _Judged
+    decision: Decision
+    passes: bool
+
+
+def _lookahead(draft: Draft, rows: Sequence[Row], acceptance: Acceptance, rng: np.random.Generator,
+               bonus_draft: DraftStep | None) -> list[Emitted]:
+    """A look-ahead rule (``Rule.lookahead``: FLy). Each position is judged by the rule's own test with its own
+    uniform, drawn in position order as far as the round reads; a draft that fails it is kept when the verifier and
+    the drafter both give it mass, the rule ``defers`` on the verifier's distribution there, and the ``window``
+    drafts after it all pass (a window past the draft's end keeps nothing); else the rule's residual is drawn there.
+    The same arrays as the one-position paths (supports, or whole rows with logits), so both give the same tokens."""
+    rule, n = acceptance.rule, len(draft.tokens)
+    on_support = acceptance.on_support(rows[0].vocab_size)
+    if not on_support and not rows[0].complete:
+        raise ValueError(f"rule {rule.name!r} was handed candidate rows but needs whole ones")
+    window = rule.window(n, acceptance.draft_max)
+    position = _positions(draft, rows, acceptance, on_support, rng)
+    emitted: list[Emitted] = []
+    for i in range(n):
+        at = position(i)
+        waited = not at.passes
+        if waited and not _kept_after_all(rule, at, i, n, window, position):
+            emitted.append(_judge(rule, at.judged, rows[i], rng, acceptance.show, tested=True))
+            return emitted
+        judged, decision = at.judged, at.decision
+        p, q, x_at = judged.p, judged.q, judged.x_at
+        emitted.append(Emitted(judged.x, Verdict.ACCEPTED, judged.position, float(p[x_at]), float(q[x_at]),
+                               float(decision.pi_rej[x_at]), decision.accept_prob,
+                               (*decision.statistic, ("deferred", 1.0)) if waited else decision.statistic,
+                               logp_x=rows[i].log_prob(judged.x),
+                               shown=Shown(p, q, judged.ids) if acceptance.show else None))
+    emitted.append(_bonus(rows[n], n, acceptance, rng, bonus_draft, on_support=on_support))
+    return emitted
+
+
+def _kept_after_all(rule: Rule, at: _Position, i: int, n: int, window: int,
+                    position: Callable[[int], _Position]) -> bool:
+    """Whether a draft the rule's test rejected at index ``i`` is kept: mass on both sides, the rule's gate open,
+    and the whole window inside the draft and passing (read only as far as the first failure)."""
+    p, q, x_at = at.judged.p, at.judged.q, at.judged.x_at
+    if window < 1 or i + window >= n or not (p[x_at] > 0 and q[x_at] > 0) or not rule.defers(p):
+        return False
+    return all(position(j).passes for j in range(i + 1, i + window + 1))
+
+
+def _positions(draft: Draft, rows: Sequence[Row], acceptance: Acceptance, on_support: bool,
+               rng: np.random.Generator) -> Callable[[int], _Position]:
+    """Position i of the round, judged once when first asked for (positions in order: each uniform drawn once)."""
+    rule, sampling = acceptance.rule, acceptance.sampling
+    q_rows = None if on_support else draft.dense_probs(rows[0].vocab_size)
+    q_logits = as_rows(draft.logits) if not on_support and draft.logits is not None else None
+    made: list[_Position] = []
+
+    def position(i: int) -> _Position:
+        while len(made) <= i:
+            j = len(made)
+            x, row = draft.tokens[j], rows[j]
+            if q_rows is None:
+                ids, p_on, q_on, x_at = _union(candidates(row, sampling), _q_on_support(draft, j), x)
+                judged = _Judged(p_on, q_on, x, x_at, j + 1, ids)
+            else:
+                judged = _Judged(process(row, sampling), q_rows[j], x, x, j + 1, None, row.vocab_logits(),
+                                 q_logits[j].vocab_logits() if q_logits is not None else None)
+            try:
+                decision = rule.decide(judged.p, judged.q, judged.x_at, logits_p=judged.logits_p,
+                                       logits_q=judged.logits_q)
+            except NumericsError as exc:
+                raise NumericsError(f"rule {rule!r} at draft position {j + 1}: {exc}") from None
+            require_finite(decision, judged.p, judged.q, judged.x_at, rule=repr(rule), position=j + 1)
+            made.append(_Position(judged, decision, rng.random() < decision.accept_prob))
+        return made[i]
+
+    return position
+
+
+def _greedy_relaxed(draft: Draft, rows: Sequence[Row], acceptance: Acceptance) -> list[Emitted]:
+    """Temperature 0 for a rule that keeps its relaxation there (``Rule.greedy_top``: FLy, topk-delta, topk-ratio, as
+    their engines run them): a draft other than the argmax is kept when the rule says so from the row's
+    ``greedy_top()`` largest probabilities at T = 1 — at once (``greedy_keeps``), or, for a look-ahead rule, when it
+    ``defers`` and the ``window`` drafts after it are their rows' argmaxes. A rejection emits the argmax, as every
+    greedy round does; the numbers reported are ``_greedy``'s (p(x) at T = 1; without a normaliser, the processed
+    one-hot's: 1 for the argmax, 0 for another token)."""
+    rule, tokens, show = acceptance.rule, draft.tokens, acceptance.show
+    n, top = len(tokens), rule.greedy_top()
+    window = rule.window(n, acceptance.draft_max) if rule.lookahead else 0
+    drafted = as_rows(draft.logits) if draft.logits is not None else None
+    argmaxes: list[int] = []
+
+    def argmax_at(j: int) -> int:
+        while len(argmaxes) <= j:
+            argmaxes.append(rows[len(argmaxes)].argmax())
+        return argmaxes[j]
+
+    emitted: list[Emitted] = []
+    for i, x in enumerate(tokens):
+        row, best = rows[i], argmax_at(i)
+        kept = relaxed = False
+        if x == best:
+            kept = True
+        elif rule.lookahead:
+            relaxed = kept = 0 < window and i + window < n and rule.defers(_top_at_t1(row, top)[1]) and \
+                all(tokens[j] == argmax_at(j) for j in range(i + 1, i + window + 1))
+        else:
+            relaxed = kept = rule.greedy_keeps(*_top_at_t1(row, top), x)
+        token = x if kept else best
+        shown = _greedy_shown(row, drafted[i] if drafted is not None else None) if show else None
+        logp = row.log_prob(token)
+        p_x = math.exp(logp) if logp is not None else float(token == best)
+        chance = 1.0 if kept else 0.0
+        statistic = (("accept_prob", chance), ("relaxed", 1.0)) if relaxed else (("accept_prob", chance),)
+        emitted.append(Emitted(token, Verdict.ACCEPTED if kept else Verdict.RESAMPLED, i + 1, p_x,
+                               _greedy_q(drafted[i] if drafted is not None else None, token), 1.0, chance, statistic,
+                               rejected_token=None if kept else x, logp_x=logp, shown=shown))
+        if not kept:
+            return emitted
+    last = rows[n]
+    target = last.argmax()
+    logp = last.log_prob(target)
+    emitted.append(Emitted(target, Verdict.BONUS if tokens else Verdict.VERIFIER, n + 1 if tokens else 0, _p_of(logp),
+                           None, 1.0, None, (), logp_x=logp, shown=_greedy_shown(last, None) if show else None))
+    return emitted
+
+
+def _top_at_t1(row: Row, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The row's k largest probabilities at T = 1, descending (equal ones: the lower id first), and their ids: from a
+    whole row's logits and its normaliser, or from the engine's candidates with theirs (row_spec asks for it)."""
+    if row.log_norm is None:
+        raise ValueError("a rule that relaxes at temperature 0 reads each row's normaliser; this row has none")
+    whole = row.vocab_logits()
+    if whole is None:  # the engine's candidates: their probabilities at T = 1, from its normaliser
+        probs, ids = row.shown()
+        assert probs is not None and ids is not None  # (a row with a normaliser shows its candidates)
+    else:
+        ids = np.argpartition(whole, len(whole) - k)[-k:] if k < len(whole) else np.arange(len(whole))
+        probs = np.exp(whole[ids].astype(np.float64) - row.log_norm)
+    order = np.lexsort((ids, -probs))[:k]
+    return ids[order], probs[order]

@@ -4,6 +4,10 @@ A rule maps (p, q, x, raw logits, knob) to two replacement targets for p: π_rej
 test min(1, π_rej(x)/q(x)), and π_res, from which the residual norm((π_res − q)+) is drawn after a
 rejection. π_bonus (the token after N accepted drafts) is p unless the rule says otherwise.
 All arrays are 1-D float64 over the verifier's vocabulary; nothing here does I/O or draws randomness.
+
+Two hooks reach past one position (docs/method.md "Rules that see more than one position"): a rule that keeps its
+relaxation at temperature 0 reads each verifier row's largest probabilities at T = 1 (``greedy_top``), and a
+look-ahead rule (``lookahead``: FLy) may keep a draft its own test rejects when the drafts after it pass.
 """
 
 from __future__ import annotations
@@ -94,6 +98,15 @@ class Rule:
     knob_help: ClassVar[str] = ""  # range and orientation, shown when a knob is out of range
     relaxes_upward: ClassVar[bool] = True  # a bigger knob relaxes more (False: a smaller one does — ensemble's w,
     # typical's ε): what a bound on "the most relaxed knob allowed" compares against (serve's --allow-rules)
+    # A second knob (topk-delta's k, fly's window W, threshold's t_single), set as NAME:KNOB:KNOB2 wherever a rule is
+    # named; it rides in the rule's name as NAME[KNOB2NAME=VALUE] (rules.split_spec). None: the rule has one knob
+    knob2_name: ClassVar[str | None] = None
+    knob2_default: ClassVar[float | None] = None  # None with a knob2_name: the rule works its default out (fly's W)
+    knob2_help: ClassVar[str] = ""  # range and orientation, shown when the second knob is out of range
+    # True: a draft the rule's test rejects may still be kept when the drafts after it in the same round pass that
+    # test (FLy): decoding/acceptance.py judges such a rule on its look-ahead path (``window``, ``defers``); every
+    # other rule is judged one position at a time
+    lookahead: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass that changes its test (its own ``evaluate``, ``targets`` or ``decide``) but has no
@@ -104,8 +117,9 @@ class Rule:
         if changes_test and "pointwise" not in cls.__dict__:
             cls.pointwise = Rule.pointwise  # type: ignore[method-assign]  # replacing the inherited one is the point
 
-    def __init__(self, knob: float | None = None, *, temperature: float = 1.0) -> None:
+    def __init__(self, knob: float | None = None, *, knob2: float | None = None, temperature: float = 1.0) -> None:
         self.knob = self.check_knob(knob)
+        self.knob2 = self.check_knob2(knob2)
         self.temperature = temperature
 
     @classmethod
@@ -128,6 +142,48 @@ class Rule:
     @classmethod
     def knob_ok(cls, knob: float) -> bool:
         return True
+
+    @classmethod
+    def check_knob2(cls, knob2: float | None) -> float | None:
+        """Validate the second knob (``knob2_ok``); it has no flag of its own, so a refusal names the ``rule``."""
+        if cls.knob2_name is None:
+            if knob2 is not None:
+                raise BadValue("rule", f"{cls.name!r} takes no second knob (got {knob2:g})")
+            return None
+        if knob2 is None:
+            return cls.knob2_default
+        if not np.isfinite(knob2) or not cls.knob2_ok(knob2):
+            raise BadValue("rule", f"{cls.name!r}: {knob2:g} is out of range for {cls.knob2_name}, {cls.knob2_help}")
+        return float(knob2)
+
+    @classmethod
+    def knob2_ok(cls, knob2: float) -> bool:
+        return True
+
+    def check_draft_max(self, draft_max: int) -> None:
+        """Refuse a draft length the rule cannot run with, in one line naming ``draft_max`` (each face spells it);
+        every rule but FLy runs at any."""
+
+    def greedy_top(self) -> int:
+        """How many of each verifier row's largest probabilities at T = 1 the rule reads at temperature 0. 0, every
+        paper rule: exact argmax matching (docs/method.md "Temperature 0"). k > 0: the rule keeps its relaxation
+        there, and the greedy round hands it those k (``greedy_keeps``, or ``defers`` for a look-ahead rule)."""
+        return 0
+
+    def greedy_keeps(self, top_ids: np.ndarray, top_probs: np.ndarray, x: int) -> bool:
+        """At temperature 0, whether a draft ``x`` other than the argmax is kept, from the row's ``greedy_top()``
+        largest probabilities at T = 1 (descending) and their ids."""
+        return False
+
+    def window(self, n: int, draft_max: int | None = None) -> int:
+        """A look-ahead rule: how many drafts after a deferred rejection must pass for it to be kept, in a round of
+        ``n`` drafts of a generation asking for ``draft_max`` (None: not told; the round's own n stands in)."""
+        return 0
+
+    def defers(self, probs: np.ndarray) -> bool:
+        """A look-ahead rule: whether a draft its test rejects may wait for the drafts after it, from the verifier's
+        distribution there (processed when sampling; at temperature 0 its ``greedy_top()`` largest at T = 1)."""
+        return False
 
     def evaluate(self, p: np.ndarray, q: np.ndarray, x: int, *, logits_p: np.ndarray | None = None,
                  logits_q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
@@ -167,4 +223,6 @@ class Rule:
         return self.evaluate(p, q, int(np.argmax(q)), logits_p=logits_p, logits_q=logits_q)[1]
 
     def __repr__(self) -> str:
-        return f"{self.name}" if self.knob is None else f"{self.name}({self.knob_name}={self.knob:g})"
+        knobs = [f"{name}={value:g}" for name, value in ((self.knob_name, self.knob), (self.knob2_name, self.knob2))
+                 if value is not None]
+        return f"{self.name}({', '.join(knobs)})" if knobs else self.name

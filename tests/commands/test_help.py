@@ -100,5 +100,5 @@ def test_alpha_says_what_it_is_when_not_given(path):
     text = " ".join(parser.format_help().split())
     assert "default" in (action.help or "") or "(default: " in text, path
     if action.nargs is None:  # generate, chat, serve: one knob, the rule's own when not given
-        assert "the rule's knob (default: the rule's own where it has one: typical 0.09; every other relaxed rule " \
-               "needs one; ranges: `relaxtui rules list`)" in text
+        assert "the rule's knob (default: the rule's own where it has one: typical 0.09, fly 0.3, mars 0.9; every " \
+               "other relaxed rule needs one; ranges: `relaxtui rules list`)" in text

@@ -293,8 +293,33 @@ STAND_INS: dict[tuple[str, float | None], Callable[[np.ndarray, int, np.ndarray]
     ("rfuzzy", 0.2): lambda p, x, z: 1.0 if js_against_one_hot(p[x]) <= 0.2 else p[x],
     ("casc-tok", 0.35): lambda p, x, z: 1.0 if z[x] >= z.max() + math.log(1 - 0.35) else p[x],
     ("typical", 0.09): lambda p, x, z: 1.0 if p[x] > min(0.09, 0.3 * math.exp(-entropy(p))) else 0.0,
+    # the rules since the paper (docs/method.md); fly's own test is strict's, its wait for the drafts after a rejection
+    # is checked in tests/rules/test_new_rules.py
+    ("fly", 0.3): lambda p, x, z: p[x],
+    ("topk-delta", 0.6): lambda p, x, z: 1.0 if near_top(z, x, 10, lambda top: top - 0.6) else p[x],
+    ("topk-ratio", 0.5): lambda p, x, z: 1.0 if near_top(z, x, 3, lambda top: 0.5 * top) else p[x],
+    ("threshold", 0.5): lambda p, x, z: 1.0 if p[x] >= 1.0 else min(1.0, p[x] / 0.5),
+    ("mars", 0.9): lambda p, x, z: float(x in np.argsort(-z)[:2]) if indecisive(p, z, 0.9) else p[x],
+}
+# rules that, after rejecting, draw from p itself (x may come back) rather than p without x
+FROM_P: dict[str, Callable[[np.ndarray, np.ndarray], bool]] = {
+    "typical": lambda p, z: True,
+    "mars": lambda p, z: indecisive(p, z, 0.9),
 }
 REFUSED = {"scd", "casc-opt"}  # read the drafter's logits / its confidence max q: drafters with a distribution only
+
+
+def near_top(z: np.ndarray, x: int, k: int, floor: Callable[[float], float]) -> bool:
+    """x is among the k likeliest at T = 1, not the likeliest, and its raw probability reaches floor(the top one's)."""
+    raw = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    order = np.argsort(-z, kind="stable")
+    return x in order[1:k] and raw[x] >= floor(raw[order[0]])
+
+
+def indecisive(p: np.ndarray, z: np.ndarray, theta: float) -> bool:
+    """MARS relaxes: the two largest raw logits z1 > 0 and z2 / z1 > θ, the runner-up kept by the sampling."""
+    z1, z2 = np.sort(z)[::-1][:2]
+    return bool(z1 > 0 and p[np.argsort(-z, kind="stable")[1]] > 0 and z2 / z1 > theta)
 
 
 def test_every_rule_is_classified_and_the_refused_ones_declare_it():
@@ -315,7 +340,7 @@ def random_rows(rng: np.random.Generator, count: int) -> list[tuple[np.ndarray, 
 @pytest.mark.parametrize("spec", list(STAND_INS), ids=[name for name, _ in STAND_INS])
 def test_each_rule_runs_on_one_hot_q_as_documented(spec):
     """Acceptance = the documented function of p alone; the residual after a rejection is p without x, renormalised
-    (typical: p itself, it does not subtract the draft)."""
+    (typical, and mars where it relaxes: p itself; they do not take the draft out)."""
     rule = make(*spec, temperature=0.8)
     checked_outside = 0
     for p, z, x in random_rows(np.random.default_rng(3), 400):
@@ -325,7 +350,7 @@ def test_each_rule_runs_on_one_hot_q_as_documented(spec):
         if decision.accept_prob < 1:
             target = residual(decision.pi_res, q) if rule.subtract_draft else decision.pi_res
             expected = p.copy()
-            if rule.subtract_draft and p[x] < 1:
+            if not FROM_P.get(spec[0], lambda p, z: False)(p, z) and p[x] < 1:
                 expected[x] = 0.0
             np.testing.assert_allclose(target / target.sum(), expected / expected.sum(), atol=1e-12)
         checked_outside += p[x] == 0
