@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +59,10 @@ class Acceptance:
     dense: bool = False
     show: bool = False
     draft_max: int | None = None
+    relaxed_greedy: bool = field(init=False)  # the rule keeps a relaxation at temperature 0 (read once, not per round)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "relaxed_greedy", self.rule.lookahead or self.rule.greedy_top() > 0)
 
     def on_support(self, vocab_size: int) -> bool:
         return not self.dense and takes_support(self.rule, self.sampling, vocab_size)
@@ -100,7 +104,7 @@ def accept_draft(draft: Draft | None, rows: Rows, acceptance: Acceptance, rng: n
     assert len(rows) == len(draft.tokens) + 1, "verifier rows must be N+1"
     rule = acceptance.rule
     if acceptance.sampling.greedy:
-        if rule.lookahead or rule.greedy_top():
+        if acceptance.relaxed_greedy:
             return _greedy_relaxed(draft, rows, acceptance)
         return _greedy(draft, rows, acceptance.show)
     if rule.lookahead:
