@@ -21,6 +21,11 @@ from relaxtui.errors import UserError
 INT32_MAX = 2**31 - 1  # the C int llama.cpp takes for sizes, counts and threads
 SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63: numpy's SeedSequence refuses negatives; int64 everywhere else
 MAX_DRAFT = 64  # the longest draft a round verifies (an engine context reserves its output rows for this many + 1)
+# Drafter sizes (issue 47: --ngram-max 2147483647 built one index per size and died in a MemoryError)
+MAX_NGRAM = 1024  # llama.cpp's bound on every n-gram size it takes (common/arg.cpp, --spec-ngram-*-size-n/m, -mod-n-*)
+MAX_LOOKUP_NGRAM = 64  # prompt lookup keeps one index per size ngram_min..ngram_max (~150 bytes a token each)
+MAX_NGRAM_COUNT = 16380  # llama.cpp's COMMON_NGRAM_MAX_VALUE_COUNT: a key's counts stop there, a higher min_hits never
+MAX_SUFFIX_DEPTH = 1024  # SuffixDecoding's default is 64; each appended token walks up to depth x (1 + factor) states
 MIN_TEMPERATURE = 1e-5  # below this (and above 0) logits / T overflow to inf and every draw is NaN: vLLM's epsilon
 _SHOWN = 40  # characters of a bad value quoted in a message
 T = TypeVar("T")
@@ -264,9 +269,11 @@ CTX_SIZE = Whole(16)  # tokens; the smallest context relaxtui opens (engine/llam
 THREADS = Maybe(Whole(1))
 GPU_LAYERS = Whole(-1)
 PARALLEL = Whole(1)
-NGRAM = Whole(1)
-NGRAM_SIZE = Maybe(Whole(1, 1024))  # an n-gram kind's key or longest draft (None: the kind's own)
-NGRAM_MOD_MIN = Maybe(Whole(0, 1024))
+LOOKUP_NGRAM = Whole(1, MAX_LOOKUP_NGRAM)  # prompt lookup's smallest and largest n-gram
+NGRAM_MIN_HITS = Whole(1, MAX_NGRAM_COUNT)
+SUFFIX_DEPTH = Whole(1, MAX_SUFFIX_DEPTH)
+NGRAM_SIZE = Maybe(Whole(1, MAX_NGRAM))  # an n-gram kind's key or longest draft (None: the kind's own)
+NGRAM_MOD_MIN = Maybe(Whole(0, MAX_NGRAM))
 SUFFIX_FACTOR = Number(low=0.0, high=64.0, low_open=True)
 SUFFIX_MIN_PROB = Number(low=0.0, high=1.0)
 FLAG = Flag()

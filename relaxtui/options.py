@@ -110,8 +110,8 @@ THREADS = Setting("threads", checks.THREADS, None, "CPU threads for llama.cpp (d
 GPU_LAYERS = Setting("gpu_layers", checks.GPU_LAYERS, 0, "layers to offload (-1 = all)", "--gpu-layers", ("-ngl",))
 PARALLEL = Setting("parallel", checks.PARALLEL, 1, "work units run at once, one sequence each in one context per "
                    "model (--ctx-size is per sequence; default 1)", "--parallel")
-NGRAM_MIN = Setting("ngram_min", checks.NGRAM, 1, "smallest n-gram the ngram drafter matches", "--ngram-min")
-NGRAM_MAX = Setting("ngram_max", checks.NGRAM, 3, "largest n-gram the ngram drafter matches", "--ngram-max")
+NGRAM_MIN = Setting("ngram_min", checks.LOOKUP_NGRAM, 1, "smallest n-gram the ngram drafter matches", "--ngram-min")
+NGRAM_MAX = Setting("ngram_max", checks.LOOKUP_NGRAM, 3, "largest n-gram the ngram drafter matches", "--ngram-max")
 # llama.cpp's n-gram kinds and the suffix drafter (docs/method.md#drafters): one flag each, read by the kinds whose
 # DrafterKind.reads name it (llama.cpp spells them per kind: --spec-ngram-simple-size-n, --spec-ngram-mod-n-min, ...)
 NGRAM_SIZE_N = Setting("ngram_size_n", checks.NGRAM_SIZE, None, "the key n-gram of ngram-simple, ngram-map, "
@@ -120,12 +120,12 @@ NGRAM_SIZE_N = Setting("ngram_size_n", checks.NGRAM_SIZE, None, "the key n-gram 
 NGRAM_SIZE_M = Setting("ngram_size_m", checks.NGRAM_SIZE, None, "the longest draft of an n-gram kind: the m-gram "
                        "of ngram-simple/-map/-map-k4v, ngram-mod's n_max, ngram-cache's n_draft (default: the kind's "
                        "own: 48, 48, 48, 64, 8); the round's --draft-max caps it too", "--ngram-size-m")
-NGRAM_MIN_HITS = Setting("ngram_min_hits", checks.NGRAM, 1, "ngram-map-k4v: times a key must recur before it drafts",
-                         "--ngram-min-hits")
+NGRAM_MIN_HITS = Setting("ngram_min_hits", checks.NGRAM_MIN_HITS, 1,
+                         "ngram-map-k4v: times a key must recur before it drafts", "--ngram-min-hits")
 NGRAM_MOD_N_MIN = Setting("ngram_mod_n_min", checks.NGRAM_MOD_MIN, None, "ngram-mod: drop a draft shorter than "
                           "this (default: llama.cpp's 48, never above the kind's longest draft)", "--ngram-mod-n-min")
-SUFFIX_DEPTH = Setting("suffix_depth", checks.NGRAM, 64, "suffix: the longest context suffix matched, in tokens",
-                       "--suffix-depth")
+SUFFIX_DEPTH = Setting("suffix_depth", checks.SUFFIX_DEPTH, 64, "suffix: the longest context suffix matched, in "
+                       "tokens", "--suffix-depth")
 SUFFIX_FACTOR = Setting("suffix_factor", checks.SUFFIX_FACTOR, 1.0, "suffix: a match of L tokens drafts at most "
                         "factor x L", "--suffix-factor")
 SUFFIX_MIN_PROB = Setting("suffix_min_prob", checks.SUFFIX_MIN_PROB, 0.1, "suffix: stop drafting where the draft's "

@@ -10,6 +10,9 @@
 Files are opened by the ``Openers`` the caller hands in (the engine's, in ``relaxtui.session``; fakes in tests):
 ``decoding/`` loads nothing itself. A new kind is one entry in ``KINDS`` and one class behind
 ``relaxtui.decoding.drafting.Drafter``; nothing outside these modules asks which kind it got.
+
+Each kind also has a ``check``: its settings checked together, as its class checks them when built, without building
+anything (no table, no model). ``DrafterOptions`` runs its own kind's when it is made (issue 47).
 """
 
 from __future__ import annotations
@@ -21,18 +24,20 @@ from pathlib import Path
 from relaxtui.decoding.drafting import Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.model_drafter import ModelDrafter
 from relaxtui.decoding.mtp import MtpDrafter
-from relaxtui.decoding.ngram import NgramDrafter
+from relaxtui.decoding.ngram import NgramDrafter, check_sizes
 from relaxtui.decoding.ngram_cache import NgramCacheDrafter
-from relaxtui.decoding.ngram_map import NgramMapDrafter, NgramMapK4vDrafter, NgramSimpleDrafter
+from relaxtui.decoding.ngram_index import sizes
+from relaxtui.decoding.ngram_map import NgramMapDrafter, NgramMapK4vDrafter, NgramSimpleDrafter, check_min_hits
 from relaxtui.decoding.ngram_mod import NgramModDrafter
 from relaxtui.decoding.suffix import SuffixDrafter, SuffixSettings
 from relaxtui.decoding.vocab import VocabModel, check_vocab
 from relaxtui.engine.api import DraftHead, Model
 from relaxtui.errors import UserError
+from relaxtui.options import DRAFTER_SETTINGS
 
 __all__ = ["DRAFT_KINDS", "KINDS", "STANDALONE_KINDS", "Draft", "DraftRequest", "Drafter", "DrafterKind",
-           "DrafterOptions", "DrafterTraits", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Openers", "drafter_kind",
-           "make_drafter"]
+           "DrafterOptions", "DrafterTraits", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Openers",
+           "drafter_kind", "make_drafter"]
 
 
 # -- the factory ------------------------------------------------------------------------------------------------
@@ -64,9 +69,14 @@ class DrafterOptions:
     gpu_layers: int = 0  # llama.cpp's n_gpu_layers
 
     def __post_init__(self) -> None:
-        drafter_kind(self.kind)  # an unknown kind: one line
+        """Every setting of the option table through its check (a refusal names it), then what its own kind checks
+        of them together."""
+        kind = drafter_kind(self.kind)  # an unknown kind: one line
         if not 0.0 <= self.p_min < 1.0:
             raise UserError(f"--draft-p-min must be in [0, 1) (got {self.p_min})")
+        for setting in DRAFTER_SETTINGS:
+            setting.check.check(getattr(self, setting.name), setting.name)
+        kind.check(self)
 
 
 @dataclass(frozen=True)
@@ -123,8 +133,40 @@ def _ngram_cache(options: DrafterOptions, verifier: VocabModel, openers: Openers
 
 
 def _suffix(options: DrafterOptions, verifier: VocabModel, openers: Openers) -> Drafter:
-    return SuffixDrafter(SuffixSettings(options.suffix_depth, options.suffix_factor, options.suffix_min_prob,
-                                        options.suffix_corpus_tokens, options.suffix_corpus_outputs))
+    return SuffixDrafter(_suffix_settings(options))
+
+
+def _check_ngram(options: DrafterOptions) -> None:
+    check_sizes(options.ngram_min, options.ngram_max)
+
+
+def _check_sizes(kind: str, defaults: tuple[int, int]) -> Callable[[DrafterOptions], None]:
+    def check(options: DrafterOptions) -> None:
+        sizes(kind, options.ngram_size_n, options.ngram_size_m, defaults)
+    return check
+
+
+def _check_ngram_map_k4v(options: DrafterOptions) -> None:
+    _check_sizes("ngram-map-k4v", NgramMapK4vDrafter.DEFAULTS)(options)
+    check_min_hits("ngram-map-k4v", options.ngram_min_hits)
+
+
+def _check_ngram_mod(options: DrafterOptions) -> None:
+    NgramModDrafter.settings(options.ngram_size_n, options.ngram_size_m, n_min=options.ngram_mod_n_min,
+                             slots=options.ngram_mod_slots)
+
+
+def _check_ngram_cache(options: DrafterOptions) -> None:
+    NgramCacheDrafter.settings(options.ngram_size_m, entries=options.ngram_cache_entries)
+
+
+def _suffix_settings(options: DrafterOptions) -> SuffixSettings:
+    return SuffixSettings(options.suffix_depth, options.suffix_factor, options.suffix_min_prob,
+                          options.suffix_corpus_tokens, options.suffix_corpus_outputs)
+
+
+def _check_suffix(options: DrafterOptions) -> None:
+    _suffix_settings(options)
 
 
 def _mtp(options: DrafterOptions, verifier: VocabModel, openers: Openers) -> Drafter:
@@ -150,6 +192,7 @@ class DrafterKind:
     # drafter's logits can run on it; False: one-hot drafts
     about: str = ""  # a few words displays put after its name ("prompt lookup"); "" where the name says it
     reads: tuple[str, ...] = ()  # the DrafterOptions fields of its own it is built from (a run's identity names them)
+    check: Callable[[DrafterOptions], None] = lambda options: None  # what its class refuses of them, building nothing
 
     @property
     def standalone(self) -> bool:
@@ -178,15 +221,19 @@ class DrafterKind:
 KINDS: dict[str, DrafterKind] = {
     "model": DrafterKind(_model, model_file=True, has_distribution=True),
     # prompt lookup, sizes ngram_min..ngram_max (not llama.cpp's ngram-simple)
-    "ngram": DrafterKind(_ngram, about="prompt lookup", reads=("ngram_min", "ngram_max")),
+    "ngram": DrafterKind(_ngram, about="prompt lookup", reads=("ngram_min", "ngram_max"), check=_check_ngram),
     # llama.cpp's --spec-type kinds of the same names (ngram-map: its ngram-map-k)
-    "ngram-simple": DrafterKind(_ngram_simple, reads=("ngram_size_n", "ngram_size_m")),
-    "ngram-map": DrafterKind(_ngram_map, reads=("ngram_size_n", "ngram_size_m")),
-    "ngram-map-k4v": DrafterKind(_ngram_map_k4v, reads=("ngram_size_n", "ngram_size_m", "ngram_min_hits")),
-    "ngram-mod": DrafterKind(_ngram_mod, reads=("ngram_size_n", "ngram_size_m", "ngram_mod_n_min", "ngram_mod_slots")),
-    "ngram-cache": DrafterKind(_ngram_cache, reads=("ngram_size_m", "ngram_cache_entries")),
+    "ngram-simple": DrafterKind(_ngram_simple, reads=("ngram_size_n", "ngram_size_m"),
+                                check=_check_sizes("ngram-simple", NgramSimpleDrafter.DEFAULTS)),
+    "ngram-map": DrafterKind(_ngram_map, reads=("ngram_size_n", "ngram_size_m"),
+                             check=_check_sizes("ngram-map", NgramMapDrafter.DEFAULTS)),
+    "ngram-map-k4v": DrafterKind(_ngram_map_k4v, reads=("ngram_size_n", "ngram_size_m", "ngram_min_hits"),
+                                 check=_check_ngram_map_k4v),
+    "ngram-mod": DrafterKind(_ngram_mod, reads=("ngram_size_n", "ngram_size_m", "ngram_mod_n_min", "ngram_mod_slots"),
+                             check=_check_ngram_mod),
+    "ngram-cache": DrafterKind(_ngram_cache, reads=("ngram_size_m", "ngram_cache_entries"), check=_check_ngram_cache),
     "suffix": DrafterKind(_suffix, reads=("suffix_depth", "suffix_factor", "suffix_min_prob", "suffix_corpus_tokens",
-                                          "suffix_corpus_outputs")),
+                                          "suffix_corpus_outputs"), check=_check_suffix),
     "mtp": DrafterKind(_mtp, model_file=True, needs_hidden_states=True, own_name="mtp",  # --drafter: MTP-only GGUF
                        mtp_files=True, has_distribution=True, about="MTP head"),
 }

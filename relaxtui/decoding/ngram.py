@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from relaxtui import checks
 from relaxtui.decoding.drafting import DrafterTraits
 from relaxtui.decoding.ngram_index import GramIndex, NgramBase, SeqTokens
 from relaxtui.errors import UserError
+
+
+def check_sizes(n_min: int, n_max: int) -> None:
+    """Prompt lookup's sizes: each in 1..MAX_LOOKUP_NGRAM (one index is kept per size), the smallest first."""
+    checks.LOOKUP_NGRAM.check(n_min, "ngram_min")
+    checks.LOOKUP_NGRAM.check(n_max, "ngram_max")
+    if n_min > n_max:
+        raise UserError(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max (got {n_min}..{n_max})")
 
 
 class GramIndexes(SeqTokens):
@@ -38,8 +47,7 @@ class NgramDrafter(NgramBase):
 
     def __init__(self, *, n_min: int = 1, n_max: int = 3, window: int = 4096) -> None:
         super().__init__()
-        if not 1 <= n_min <= n_max:
-            raise UserError(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max (got {n_min}..{n_max})")
+        check_sizes(n_min, n_max)
         self.n_min, self.n_max = n_min, n_max
         self.window = window  # how far back to search, in tokens
 

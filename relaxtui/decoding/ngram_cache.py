@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from relaxtui.checks import MAX_NGRAM
 from relaxtui.decoding.drafting import DrafterTraits
 from relaxtui.decoding.ngram_index import NgramBase, SeqTokens
 from relaxtui.errors import UserError
@@ -142,15 +143,22 @@ class NgramCacheDrafter(NgramBase):
     traits = DrafterTraits("ngram-cache", has_distribution=False, learns=True)
     DEFAULT_DRAFT = 8  # llama.cpp's n_draft
     DEFAULT_ENTRIES = 1 << 16
+    MAX_ENTRIES = 1 << 20  # sixteen times the default, a few hundred MiB of Python objects at most
 
     def __init__(self, n_draft: int | None = None, *, entries: int | None = None) -> None:
         super().__init__()
-        self.n_draft = self.DEFAULT_DRAFT if n_draft is None else n_draft
-        capacity = self.DEFAULT_ENTRIES if entries is None else entries
-        if self.n_draft < 1 or capacity < 0:
-            raise UserError(f"the ngram-cache drafter needs a draft length >= 1 and entries >= 0 (got "
-                            f"{self.n_draft}, {capacity})")
+        self.n_draft, capacity = self.settings(n_draft, entries=entries)
         self.dynamic = DynamicCache(capacity)
+
+    @classmethod
+    def settings(cls, n_draft: int | None = None, *, entries: int | None = None) -> tuple[int, int]:
+        """(n_draft, the dynamic cache's entries), each defaulted when None and checked."""
+        n_draft = cls.DEFAULT_DRAFT if n_draft is None else n_draft
+        capacity = cls.DEFAULT_ENTRIES if entries is None else entries
+        if not 1 <= n_draft <= MAX_NGRAM or not 0 <= capacity <= cls.MAX_ENTRIES:
+            raise UserError(f"the ngram-cache drafter needs a draft length in 1..{MAX_NGRAM} and entries in "
+                            f"0..{cls.MAX_ENTRIES} (got {n_draft}, {capacity})")
+        return n_draft, capacity
 
     def new_state(self) -> SeqTokens:
         return ContextCache()

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from relaxtui.checks import MAX_NGRAM
 from relaxtui.decoding.drafting import BaseDrafter, Draft, DraftRequest
 from relaxtui.decoding.prefill import common_prefix
 from relaxtui.errors import UserError
@@ -60,10 +61,12 @@ def hash_windows(tokens: Sequence[int], start: int, end: int, n: int) -> list[in
 
 
 def sizes(kind: str, size_n: int | None, size_m: int | None, defaults: tuple[int, int]) -> tuple[int, int]:
-    """(n, m), each defaulted when None; refused below 1."""
+    """(n, m), each defaulted when None; refused outside 1..MAX_NGRAM (llama.cpp's bound)."""
     n, m = defaults[0] if size_n is None else size_n, defaults[1] if size_m is None else size_m
     if n < 1 or m < 1:
         raise UserError(f"the {kind} drafter needs n-gram sizes >= 1 (got n = {n}, m = {m})")
+    if n > MAX_NGRAM or m > MAX_NGRAM:
+        raise UserError(f"the {kind} drafter needs n-gram sizes <= {MAX_NGRAM}, as llama.cpp (got n = {n}, m = {m})")
     return n, m
 
 

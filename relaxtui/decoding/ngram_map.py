@@ -11,12 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from relaxtui.checks import MAX_NGRAM_COUNT
 from relaxtui.decoding.drafting import DrafterTraits
 from relaxtui.decoding.ngram_index import GramIndex, NgramBase, SeqTokens, sizes
 from relaxtui.errors import UserError
 
 MAX_VALUES = 4  # COMMON_NGRAM_MAX_VALUES: value m-grams counted per key
-MAX_COUNT = 16380  # COMMON_NGRAM_MAX_VALUE_COUNT: counts saturate here
+MAX_COUNT = MAX_NGRAM_COUNT  # COMMON_NGRAM_MAX_VALUE_COUNT (16380): counts saturate here
+
+
+def check_min_hits(kind: str, min_hits: int) -> None:
+    """A key's matches before it drafts: 1.. the count a key's hits saturate at (more would never be reached)."""
+    if not 1 <= min_hits <= MAX_COUNT:
+        raise UserError(f"the {kind} drafter needs min hits in 1..{MAX_COUNT}, where a key's counts stop (got "
+                        f"{min_hits})")
 
 
 class NgramSimpleDrafter(NgramBase):
@@ -129,8 +137,7 @@ class NgramMapDrafter(NgramBase):
     def __init__(self, size_n: int | None = None, size_m: int | None = None, *, min_hits: int = 1) -> None:
         super().__init__()
         self.size_n, self.size_m = sizes(self.traits.kind, size_n, size_m, self.DEFAULTS)
-        if min_hits < 1:
-            raise UserError(f"the {self.traits.kind} drafter needs min hits >= 1 (got {min_hits})")
+        check_min_hits(self.traits.kind, min_hits)
         self.min_hits = min_hits
 
     def new_state(self) -> SeqTokens:

@@ -117,17 +117,27 @@ class NgramModDrafter(NgramBase):
     traits = DrafterTraits("ngram-mod", has_distribution=False, learns=True)
     DEFAULTS, DEFAULT_MIN = (24, 64), 48  # llama.cpp's n_match, n_max; n_min
     DEFAULT_SLOTS = 1 << 22  # llama.cpp's 4 Mi entries (16 MiB)
+    MAX_SLOTS = 1 << 24  # 64 MiB, four times llama.cpp's fixed table (a server may hold one per tenant)
 
     def __init__(self, size_n: int | None = None, size_m: int | None = None, *, n_min: int | None = None,
                  slots: int | None = None) -> None:
         super().__init__()
-        self.size_n, self.size_m = sizes(self.traits.kind, size_n, size_m, self.DEFAULTS)
-        self.n_min = min(self.DEFAULT_MIN, self.size_m) if n_min is None else n_min  # a shorter n_max lowers it
-        slots = self.DEFAULT_SLOTS if slots is None else slots
-        if not 0 <= self.n_min <= self.size_m or slots < 1:
-            raise UserError(f"the ngram-mod drafter needs 0 <= n_min <= n_max and slots >= 1 (got ngram_mod_n_min = "
-                            f"{self.n_min}, ngram_size_m = {self.size_m}, slots = {slots})")
+        self.size_n, self.size_m, self.n_min, slots = self.settings(size_n, size_m, n_min=n_min, slots=slots)
         self.table = ModTable(self.size_n, slots)
+
+    @classmethod
+    def settings(cls, size_n: int | None = None, size_m: int | None = None, *, n_min: int | None = None,
+                 slots: int | None = None) -> tuple[int, int, int, int]:
+        """(n_match, n_max, n_min, slots), each defaulted when None and checked, before any table is allocated."""
+        size_n, size_m = sizes(cls.traits.kind, size_n, size_m, cls.DEFAULTS)
+        n_min = min(cls.DEFAULT_MIN, size_m) if n_min is None else n_min  # a shorter n_max lowers it
+        slots = cls.DEFAULT_SLOTS if slots is None else slots
+        if not 0 <= n_min <= size_m:
+            raise UserError(f"the ngram-mod drafter needs 0 <= n_min <= n_max (got ngram_mod_n_min = {n_min}, "
+                            f"ngram_size_m = {size_m})")
+        if not 1 <= slots <= cls.MAX_SLOTS:
+            raise UserError(f"the ngram-mod drafter needs 1..{cls.MAX_SLOTS} slots (got {slots})")
+        return size_n, size_m, n_min, slots
 
     def new_state(self) -> SeqTokens:
         return ModState(self.size_n)

@@ -28,7 +28,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from relaxtui.checks import MAX_SUFFIX_DEPTH
 from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
 from relaxtui.decoding.prefill import ReusePolicy, common_prefix
 from relaxtui.decoding.suffix_index import ROOT, SEPARATOR, SuffixAutomaton
@@ -46,16 +48,20 @@ class SuffixSettings:
     corpus_tokens: int = 65_536  # the shared corpus of earlier outputs holds at most this many tokens (0: no corpus)
     corpus_outputs: int = 256  # ... and at most this many outputs
 
+    MAX_CORPUS_TOKENS: ClassVar[int] = 1 << 22  # 64 times the default (about 40 bytes a token)
+    MAX_CORPUS_OUTPUTS: ClassVar[int] = 1 << 16
+
     def __post_init__(self) -> None:
-        if self.depth < 1:
-            raise UserError(f"the suffix drafter's match depth must be at least 1 (got {self.depth})")
+        if not 1 <= self.depth <= MAX_SUFFIX_DEPTH:
+            raise UserError(f"the suffix drafter's match depth must be in 1..{MAX_SUFFIX_DEPTH} (got {self.depth})")
         if not 0.0 < self.factor <= 64.0:
             raise UserError(f"the suffix drafter's spec factor must be in (0, 64] (got {self.factor})")
         if not 0.0 <= self.min_prob <= 1.0:
             raise UserError(f"the suffix drafter's minimum probability must be in [0, 1] (got {self.min_prob})")
-        if self.corpus_tokens < 0 or self.corpus_outputs < 0:
-            raise UserError("the suffix drafter's corpus bounds must be >= 0 "
-                            f"(got {self.corpus_tokens} tokens, {self.corpus_outputs} outputs)")
+        if not (0 <= self.corpus_tokens <= self.MAX_CORPUS_TOKENS
+                and 0 <= self.corpus_outputs <= self.MAX_CORPUS_OUTPUTS):
+            raise UserError(f"the suffix drafter's corpus bounds must be in 0..{self.MAX_CORPUS_TOKENS} tokens and "
+                            f"0..{self.MAX_CORPUS_OUTPUTS} outputs (got {self.corpus_tokens}, {self.corpus_outputs})")
 
     @property
     def index_depth(self) -> int:

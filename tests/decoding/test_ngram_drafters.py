@@ -17,6 +17,7 @@ from relaxtui.decoding.loop import generate
 from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.ngram_cache import DynamicCache
 from relaxtui.decoding.ngram_index import GramIndex, gram_hash
+from relaxtui.decoding.ngram_map import NgramSimpleDrafter
 from relaxtui.engine.fake import FakeBackend, markov_logits
 from relaxtui.errors import UserError
 from relaxtui.rules import make
@@ -48,8 +49,10 @@ def test_the_factory_builds_every_ngram_kind_and_declares_no_distribution():
     assert build("ngram-cache", ngram_size_m=5).n_draft == 5
     assert build("ngram-map-k4v", ngram_min_hits=3).min_hits == 3
     assert (build("ngram-mod", ngram_mod_n_min=3).n_min, build("ngram-mod", ngram_mod_slots=64).table.size) == (3, 64)
-    with pytest.raises(UserError, match="n-gram sizes >= 1"):
+    with pytest.raises(UserError, match="ngram_size_n must be in 1..1024"):  # the option table's check first
         build("ngram-simple", ngram_size_n=0)
+    with pytest.raises(UserError, match="n-gram sizes >= 1"):  # the class's own, for code that builds it directly
+        NgramSimpleDrafter(0, 4)
     with pytest.raises(UserError, match="n_min <= n_max"):
         build("ngram-mod", ngram_size_m=4, ngram_mod_n_min=5)
 
