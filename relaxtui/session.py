@@ -55,6 +55,7 @@ class ModelOptions:
         drafter_kind(self.draft_kind)  # an unknown kind: one line
         for setting in (DRAFT_P_MIN, CTX_SIZE, THREADS, PARALLEL, GPU_LAYERS, DRAFT_MAX, *DRAFTER_SETTINGS):
             setting.check.check(getattr(self, setting.name), setting.name)
+        drafter_options(self)  # what its kind refuses of them together (ngram_min > ngram_max): before anything loads
 
     @property
     def drafter_file(self) -> str | None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.commands.common import finite_float, model_options, utf8_path, utf8_text
-from relaxtui.decoding.drafters import STANDALONE_KINDS, drafter_kind
+from relaxtui.decoding.drafters import STANDALONE_KINDS, check_options, drafter_kind
 from relaxtui.display import knob_help
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS
 from relaxtui.rules import split_spec
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         settings, overrides = resumed_settings(saved.settings, settings, getattr(args, TYPED, {}))
         saved, notice = replace(saved, settings=settings), resume_notice(args.resume, overrides)
     settings.validated()  # bad options fail here, before the screen opens
+    check_options(drafter_options(options), STANDALONE_KINDS)  # settings a kind of the drafter switch cannot take
     if not args.fake:
         check_model_files(options)  # a missing or non-GGUF model too: one line, exit 2, no screen
     engine: ChatEngine

@@ -31,7 +31,7 @@ from relaxtui.commands.common import (
     utf8_text,
 )
 from relaxtui.costmodel.profiles import THIS_MACHINE, load_profile
-from relaxtui.decoding.drafters import STANDALONE_KINDS
+from relaxtui.decoding.drafters import STANDALONE_KINDS, check_options
 from relaxtui.display import knob_help
 from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxtui.serve.scheduler import STOP_GRACE_S, LoopSettings, Scheduler
     from relaxtui.session import drafter_options
 
+    check_options(drafter_options(options), [k for k in kinds if k in STANDALONE_KINDS])  # offered: one line, now
     if args.fake:
         def load() -> ServedPair:
             return FakeServedPair(args.parallel, drafting=drafter_options(options), max_scopes=args.learning_scopes)

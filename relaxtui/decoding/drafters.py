@@ -12,12 +12,14 @@ Files are opened by the ``Openers`` the caller hands in (the engine's, in ``rela
 ``relaxtui.decoding.drafting.Drafter``; nothing outside these modules asks which kind it got.
 
 Each kind also has a ``check``: its settings checked together, as its class checks them when built, without building
-anything (no table, no model). ``DrafterOptions`` runs its own kind's when it is made (issue 47).
+anything (no table, no model). ``DrafterOptions`` runs its own kind's when it is made; a face that offers other kinds
+beside it (``serve``, the chat's drafter switch) runs theirs through ``check_options`` before anything loads, so a
+setting no offered kind could take is one line at start, never a refusal of some later request (issue 47).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from relaxtui.errors import UserError
 from relaxtui.options import DRAFTER_SETTINGS
 
 __all__ = ["DRAFT_KINDS", "KINDS", "STANDALONE_KINDS", "Draft", "DraftRequest", "Drafter", "DrafterKind",
-           "DrafterOptions", "DrafterTraits", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Openers",
+           "DrafterOptions", "DrafterTraits", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Openers", "check_options",
            "drafter_kind", "make_drafter"]
 
 
@@ -247,6 +249,13 @@ def drafter_kind(kind: str) -> DrafterKind:
         return KINDS[kind]
     except KeyError:
         raise UserError(f"unknown drafter kind {kind!r}; known: {', '.join(DRAFT_KINDS)}") from None
+
+
+def check_options(options: DrafterOptions, kinds: Iterable[str]) -> None:
+    """Refuse, in one line and building nothing, settings in ``options`` that one of ``kinds`` could not be built
+    with (a face that offers those kinds, before anything loads)."""
+    for kind in kinds:
+        drafter_kind(kind).check(options)
 
 
 def make_drafter(options: DrafterOptions, verifier: VocabModel, openers: Openers) -> Drafter:

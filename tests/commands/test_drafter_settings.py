@@ -15,7 +15,9 @@ import pytest
 
 from relaxtui import checks
 from relaxtui.checks import BadValue
-from relaxtui.decoding.drafters import DrafterOptions
+from relaxtui.cli import main
+from relaxtui.decoding import drafters
+from relaxtui.decoding.drafters import STANDALONE_KINDS, DrafterOptions
 from relaxtui.errors import UserError
 from relaxtui.session import ModelOptions
 from tests.support.cli import fails_with
@@ -64,3 +66,66 @@ def test_the_bounds_are_llama_cpps_where_it_has_them():
 
     assert checks.NGRAM_SIZE.inner.high == 1024 and checks.NGRAM_MOD_MIN.inner.high == 1024  # common/arg.cpp
     assert checks.NGRAM_MIN_HITS.high == MAX_COUNT == 16380  # COMMON_NGRAM_MAX_VALUE_COUNT: counts saturate there
+
+
+# -- class 3: contradictory settings refused at start -------------------------------------------------------------
+CONTRADICTIONS = [
+    (["--ngram-mod-n-min", "100", "--ngram-size-m", "10"], "ngram-mod"),
+    (["--ngram-min", "5", "--ngram-max", "2"], "--ngram-min <= --ngram-max"),
+]
+
+
+@pytest.mark.parametrize("flags,message", CONTRADICTIONS)
+def test_serve_refuses_settings_any_kind_it_offers_could_not_take_before_the_port_opens(capsys, monkeypatch, flags,
+                                                                                        message):
+    def opened(*args, **kwargs):
+        raise AssertionError("the port was opened")
+
+    monkeypatch.setattr("relaxtui.commands.serve.bind", opened)
+    fails_with(capsys, ["serve", "--fake", "--port", "0", "--draft-kind", "suffix", *flags], message)
+
+
+@pytest.mark.parametrize("flags,message", CONTRADICTIONS)
+def test_chat_refuses_them_before_its_screen_opens(capsys, monkeypatch, flags, message):
+    """The chat's drafter switch offers every standalone kind."""
+    def shown(*args, **kwargs):
+        raise AssertionError("the screen opened")
+
+    monkeypatch.setattr("relaxtui.tui.app.RelaxApp.run", shown)
+    fails_with(capsys, ["chat", "--fake", "--draft-kind", "suffix", *flags], message)
+
+
+@pytest.mark.parametrize("face", [["generate", "hi"], ["eval", "math500"], ["tune", "math500"], ["bench"]])
+@pytest.mark.parametrize("flags,kind,message", [
+    (["--ngram-mod-n-min", "100", "--ngram-size-m", "10"], "ngram-mod", "ngram-mod"),
+    (["--ngram-min", "5", "--ngram-max", "2"], "ngram", "--ngram-min <= --ngram-max"),
+])
+def test_a_face_refuses_them_for_its_own_kind_before_loading(capsys, face, flags, kind, message):
+    fails_with(capsys, [*face, *MISSING, "--draft-kind", kind, *flags], message)
+
+
+def test_a_server_with_no_drafter_offers_no_kind_and_checks_none(capsys, monkeypatch):
+    monkeypatch.setattr("relaxtui.commands.serve.bind", lambda *a, **k: (_ for _ in ()).throw(SystemExit(7)))
+    with pytest.raises(SystemExit, match="7"):  # got as far as the port: nothing refused
+        main(["serve", "--fake", "-md", "none", "--ngram-min", "5", "--ngram-max", "2"])
+
+
+@pytest.mark.parametrize("kind,fields", [
+    ("ngram", {"ngram_min": 5, "ngram_max": 2}),
+    ("ngram-mod", {"ngram_mod_n_min": 100, "ngram_size_m": 10}),
+    ("ngram-mod", {"ngram_mod_n_min": 65}),  # above its default longest draft, 64
+    ("suffix", {"suffix_corpus_outputs": -1}),
+])
+def test_check_options_refuses_what_the_kind_would_refuse_and_builds_nothing(monkeypatch, kind, fields):
+    monkeypatch.setattr("relaxtui.decoding.ngram_mod.ModTable", lambda *a: pytest.fail("built a table"))
+    options = DrafterOptions(kind="model", **fields)  # the model kind reads none of them
+    with pytest.raises(UserError):
+        drafters.check_options(options, [kind])
+    with pytest.raises(UserError):
+        DrafterOptions(kind=kind, **fields)  # its own kind: refused as it is made
+    drafters.check_options(DrafterOptions(), STANDALONE_KINDS)  # the defaults suit every kind
+
+
+def test_every_kind_has_a_check_that_reads_what_it_declares():
+    for name, kind in drafters.KINDS.items():
+        assert callable(kind.check), name
