@@ -28,10 +28,16 @@ STRICT_TAU = math.log(TOP)  # the largest top-3 entropy: any τ above it never d
 
 
 def top_entropy(probs: np.ndarray) -> float:
-    """−Σ p ln p over the three largest entries of ``probs`` (fewer if it holds fewer), as they are (nats)."""
-    top = np.partition(probs, len(probs) - TOP)[-TOP:] if len(probs) > TOP else probs
-    top = top[top > 0]
-    return float(-(top * np.log(top)).sum())
+    """−Σ p ln p over the three largest entries of ``probs`` (fewer if it holds fewer), as they are (nats). Three
+    passes of argmax over the support: a partition of a row that is mostly zeros (top-k/top-p over a whole
+    vocabulary) is slow on the ties, ~20 ms on 152k ids, and ~1 ms on a dense one, against ~0.1 ms for this."""
+    support = probs[probs > 0]
+    top = []
+    for _ in range(min(TOP, len(support))):
+        at = int(support.argmax())
+        top.append(float(support[at]))
+        support[at] = 0.0  # (support is a copy: the mask made it)
+    return -math.fsum(value * math.log(value) for value in top if value > 0)
 
 
 class Fly(Rule):
