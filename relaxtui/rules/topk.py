@@ -1,5 +1,5 @@
-"""Relaxed acceptance with a top-k set (TensorRT-LLM's "relaxed acceptance" for DeepSeek-R1's MTP; ports in SGLang
-and vLLM): keep a draft the verifier ranks close enough to its own top token.
+"""Relaxed acceptance with a top-k set (TensorRT-LLM's "relaxed acceptance" for DeepSeek-R1's MTP, and vLLM's ratio
+ports): keep a draft the verifier ranks close enough to its own top token.
 
 The set A = the verifier's k likeliest tokens whose raw probability (softmax of its logits at T = 1, over the whole
 vocabulary, as the engines compute it) is at least p_raw(top) − δ (``topk-delta``, TensorRT-LLM's form) or at least
