@@ -122,7 +122,7 @@ class ProgressDisplay:
         self._last = now
         if self._progress is None:
             self._progress = _new_progress(self.stream)
-            self._progress.start()
+            self._start()
         if self._task is None:
             self._task = self._progress.add_task(self.title, total=total, completed=done, base=restart_at or 0,
                                                  started=started, done_at=now, status=what)
@@ -133,12 +133,67 @@ class ProgressDisplay:
             self._progress.update(self._task, total=total, completed=done, status=what,
                                   **({"done_at": now} if done > self._done else {}))  # a step finished now
         self._done = done
+        self._refresh()
+
+    def _start(self) -> None:
+        """Start drawing the bar (a board draws it inside its own live view instead)."""
+        self._progress.start()
+
+    def _refresh(self) -> None:
         self._progress.refresh()
 
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = self._task = None
+
+
+class RaceBoard(ProgressDisplay):
+    """tune's live view on a terminal's stderr: the race's table, redrawn in place, above the progress bar (rich's
+    Live over both); nothing when not a terminal or turned off (``--json``), like the bar."""
+
+    def __init__(self, title: str, *, enabled: bool = True, stream: TextIO | None = None) -> None:
+        super().__init__(title, enabled=enabled, stream=stream)
+        self._text = ""
+        self._live: Any = None
+
+    def table(self, text: str) -> None:
+        """Show ``text`` (a rendered table, outside text made one line per row already) above the bar."""
+        if not self.active:
+            return
+        self._text = text
+        self._ensure_live()
+        self._live.update(self._group(), refresh=True)
+
+    def _ensure_live(self) -> None:
+        if self._live is not None:
+            return
+        from rich.live import Live
+
+        if self._progress is None:
+            self._progress = _new_progress(self.stream)
+        self._live = Live(self._group(), console=self._progress.console, refresh_per_second=2,
+                          redirect_stdout=False, redirect_stderr=True)
+        self._live.start()
+
+    def _group(self) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(Text(self._text), self._progress) if self._progress is not None else Text(self._text)
+
+    def _start(self) -> None:
+        self._ensure_live()
+
+    def _refresh(self) -> None:
+        self._live.refresh()
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+            self._progress = self._task = None
+        super().close()
 
 
 def _new_progress(stream: TextIO) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -28,6 +29,7 @@ from relaxtui.costmodel.profiles import CostProfile, load_profile
 from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
+from relaxtui.evals.analysis.race_view import decision_lines, race_json, race_rows, render_race_table
 from relaxtui.evals.analysis.report import (
     SHARED_BATCHES_NOTE,
     json_lines,
@@ -42,6 +44,7 @@ from relaxtui.evals.run.executors import Executor, local_executor
 from relaxtui.evals.run.identity import RunIdentity, fingerprints, model_paths, run_environment
 from relaxtui.evals.run.pair import THIS_MACHINE, measure_profile, sample_tokenizer
 from relaxtui.evals.run.plan import EvalPlan
+from relaxtui.evals.run.race_run import RACE_FILE, read_race
 from relaxtui.evals.run.results import MEASURED_PROFILE, ResultsStore, load_records
 from relaxtui.evals.run.runner import SampleDone, run_units
 from relaxtui.evals.tasks import Sample, Task, get
@@ -286,6 +289,17 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
     for path in write_reports(directory, summaries, title, profiles, note):
         if not as_json:
             print(f"wrote {path}")
+    race_path = directory / RACE_FILE
+    if race_path.exists():  # a tune folder: each relaxed setting's decision, and where it stopped
+        race = read_race(race_path)
+        rows = race_rows(race)
+        if as_json:
+            print(json.dumps({"race": race_json(race, rows)}))
+        else:
+            print(f"\nrace ({race.state.spent} generations):\n{render_race_table(rows, race.rules.criteria)}")
+            print("\n".join(decision_lines(rows, task_size=len(race.state.order), seconds_per_generation=None,
+                                           resume="run the same tune with a larger --budget",
+                                           max_drop=race.rules.max_drop)))
     return 0
 
 

@@ -1,15 +1,22 @@
-"""`relaxtui tune TASK`: a small grid of N, drafters and rule/knob pairs, scored by the eval runner, then
-the capability-vs-speed Pareto front and a plain recommendation; with ``--check OTHER…``, the recommended setting
-is run on other tasks too, and the advice says where it holds and where it breaks (``evals/analysis/transfer.py``)."""
+"""`relaxtui tune TASK`: the best strict N, then which relaxed settings hold on this task and pay on this machine,
+each decided on as few problems as it takes (docs/method.md#racing).
+
+Per drafter, three stages (``tune_stages.py``): strict at each N and the verifier alone on a few screening problems
+with every round's rows recorded; a replay of each relaxed setting on those rounds, which screens out the settings
+that cannot pay here before any of them is generated; a race of the rest against strict at their N, problem by
+problem in small batches, each stopping once its confidence sequences decide it (holds, breaks, does not pay) or
+the budget is spent. Then the evidence table, each race's table and the advice; with ``--check OTHER…`` the chosen
+setting races on other tasks too (``tune_check.py``)."""
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import json
+import math
 import signal
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +27,18 @@ from relaxtui.commands.common import (
     finite_float,
     float_option,
     int_option,
-    model_options,
-    refuse_rules_without_logits,
     sampling,
     utf8_path,
     utf8_text,
 )
-from relaxtui.commands.eval import (
-    MAX_REPEATS,
-    ProgressBar,
-    add_profile_option,
-    profiles_for_report,
-    save_measured_profile,
-)
-from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
+from relaxtui.commands.eval import MAX_REPEATS, add_profile_option, connect_cluster, profiles_for_report
+from relaxtui.commands.tune_check import plan_checks, run_checks
+from relaxtui.commands.tune_stages import TUNE_TOKENS, Budget, DrafterRun, DrafterTune, plan_drafters, tune_drafter
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile
-from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.decoding.drafters import STANDALONE_KINDS, drafter_kind
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
+from relaxtui.evals.analysis.race import RaceRules
 from relaxtui.evals.analysis.report import (
     SHARED_BATCHES_NOTE,
     ConfigSummary,
@@ -48,25 +48,19 @@ from relaxtui.evals.analysis.report import (
     warnings,
     write_reports,
 )
-from relaxtui.evals.analysis.transfer import Carry, carry_lines, carry_over, chosen_setting
 from relaxtui.evals.analysis.tune import DEFAULT_MAX_DRIFT, recommend
-from relaxtui.evals.run.identity import RunIdentity, fingerprints, model_paths, run_environment
-from relaxtui.evals.run.pair import sample_tokenizer
+from relaxtui.evals.analysis.tune_advice import DrafterRace, TuneAdvice, advise, race_tables
 from relaxtui.evals.run.plan import EvalPlan
-from relaxtui.evals.run.results import MEASURED_PROFILE, ResultsStore
-from relaxtui.evals.run.runner import run_eval
-from relaxtui.evals.tasks import Sample, Task, get
+from relaxtui.evals.run.race_run import race_order
+from relaxtui.evals.tasks import Task, get
 from relaxtui.models.registry import DEFAULT_DRAFTER
-from relaxtui.options import DRAFT_KIND, DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
-from relaxtui.session import DRAFT_KINDS, ModelOptions
+from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 
-TUNE_TOKENS = 512  # tune's answer budget unless --max-tokens or a smaller task budget says otherwise
 Record = dict[str, Any]  # one eval record, as ResultsStore.records() yields it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", type=utf8_text, help="aime, aime25, math500, gpqa, lcb, humaneval or FILE.toml")
-    parser.add_argument("--limit", type=int_option("--limit", 1), default=5, help="problems to score (K)")
     DRAFT_MAX.add(parser, check=SPECULATIVE_N, nargs="+", default=[2, 3, 4], help="strict draft lengths to try")
     parser.add_argument("--drafters", nargs="+", type=utf8_text, default=[DEFAULT_DRAFTER],
                         help="drafters to compare, each in its own folder: GGUF files, 'mtp' (the verifier's own MTP "
@@ -78,93 +72,104 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="knobs (default: the first 2 of each rule's paper grid)")
     parser.add_argument("--relaxed-n", type=SPECULATIVE_N.option("--relaxed-n"), default=None,
                         help="N for relaxed rules (default: the best strict N)")
-    parser.add_argument("--max-drop", type=float_option("--max-drop", low=0, high=100), default=2.0,
-                        help="accuracy points you accept to lose")
-    parser.add_argument("--max-drift", type=float_option("--max-drift", low=0), default=None,
-                        help="verifier log-prob of the outputs you accept to lose, nats/token (default: not judged "
-                             f"for scored tasks; {DEFAULT_MAX_DRIFT:g} for an open-ended one)")
+    race = parser.add_argument_group("the race (docs/method.md#racing)")
+    race.add_argument("--budget", type=budget_option, default=Budget(seconds=DEFAULT_BUDGET_S), metavar="N|DURATION",
+                      help="what the race may spend: N generations (one setting, or strict, on one problem and seed; "
+                           "e.g. 200) or a duration (90m, 2h, 45s); settings still open then are undecided, with "
+                           f"their intervals and what would settle them (default {DEFAULT_BUDGET_S // 60:.0f}m)")
+    race.add_argument("--confidence", type=float_option("--confidence", low=0.5, high=1, high_open=True),
+                      default=0.95, help="each decision is wrong at most 1 - this often, however long it races")
+    race.add_argument("--max-drop", type=float_option("--max-drop", low=0, high=100), default=2.0,
+                      help="accuracy points you accept to lose")
+    race.add_argument("--max-drift", type=float_option("--max-drift", low=0), default=None,
+                      help="verifier log-prob of the outputs you accept to lose, nats/token (default: not judged "
+                           f"for scored tasks; {DEFAULT_MAX_DRIFT:g} for an open-ended one)")
+    race.add_argument("--min-gain", type=float_option("--min-gain", low=0, high=100), default=2.0,
+                      help="percent a relaxed setting must be faster than the best strict N and the verifier alone "
+                           "to pay, in the screen and the race")
+    race.add_argument("--no-screen", action="store_true",
+                      help="race the settings whose replayed speed-up cannot pay too (default: they are reported as "
+                           "'does not pay here' and never generated)")
+    race.add_argument("--screen-problems", type=int_option("--screen-problems", 1), default=5, metavar="K",
+                      help="problems the strict stage runs (the verifier alone and each strict N, their rounds "
+                           "recorded for the replay)")
+    parser.add_argument("--limit", type=int_option("--limit", 1), default=None,
+                        help="the task's size: only its first K problems (default: all)")
     parser.add_argument("--check", nargs="+", type=utf8_text, default=[], metavar="TASK",
-                        help="run the recommended setting on these tasks too, and say where it holds or breaks")
+                        help="race the chosen setting on these tasks too, and say where it holds or breaks")
     MAX_TOKENS.add(parser, help=f"answer budget per problem, in tokens (default: the task's own, at most "
                                 f"{TUNE_TOKENS})")
     parser.add_argument("--repeats", type=int_option("--repeats", 1, MAX_REPEATS), default=1,
                         help="seeds per problem (avg@n)")
     parser.add_argument("--out", type=utf8_path, default=None, help="results folder (default: results/tune-TASK)")
     parser.add_argument("--data", type=utf8_path, default=None, help="local data file instead of the shipped/hub data")
+    parser.add_argument("--json", action="store_true", help="the advice and the race's table as one JSON object")
     add_parallel_option(parser)
     add_task_file_options(parser)
-    add_profile_option(parser, "price speed with these cost profiles (the first drives the advice; default: "
-                               "this-machine, measured at the start)")
+    cluster = parser.add_argument_group("cluster (optional extra: pip install 'relaxtui[cluster]')")
+    cluster.add_argument("--ray", nargs="?", type=utf8_text, const="", default=None, metavar="ADDRESS",
+                         help="run the race's problems on Ray actors (as eval's --ray)")
+    cluster.add_argument("--ray-actors", type=int_option("--ray-actors", 1), default=None, metavar="K",
+                         help="actors, each holding the pair once (default: one per node)")
+    add_profile_option(parser, "price speed with these cost profiles (the first drives the advice and the race; "
+                               "default: this-machine, measured at the start)")
 
 
-@dataclass(frozen=True)
-class DrafterRun:
-    """One drafter's part of a tune: its options, identity and folder, all checked before any model loads."""
-
-    stem: str
-    options: ModelOptions
-    identity: RunIdentity
-    store: ResultsStore
+DEFAULT_BUDGET_S = 3600
+_DURATION = {"s": 1, "m": 60, "h": 3600}
 
 
-def plan_drafters(args: argparse.Namespace, task: Task, out: Path, max_tokens: int | None = None) -> list[DrafterRun]:
-    """Every drafter's options and run folder, each folder checked (read-only) against its identity."""
-    runs = []
-    for drafter in args.drafters:
-        # a kind's name drafts with that kind (no file: 'ngram'; the verifier's own head: 'mtp'); else a model file
-        args.drafter, args.draft_kind = drafter, drafter if drafter in DRAFT_KINDS else DRAFT_KIND.default
-        refuse_rules_without_logits(args.rule, args.draft_kind, "--drafters")  # before any model loads
-        options = model_options(args)
-        stem = Path(drafter).name.removesuffix(".gguf")
-        plan = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=max_tokens or args.max_tokens,
-                        sampling=sampling(args))
-        identity = RunIdentity.of(task, options, plan, thinking=None, data=args.data,
-                                  models=fingerprints(model_paths(options)))
-        store = ResultsStore(out / stem)
-        store.check(identity)
-        check_models(options)  # a drafter llama.cpp would refuse, or a K that does not fit, fails before any run
-        runs.append(DrafterRun(stem, options, identity, store))
-    return runs
+def budget_option(text: str) -> Budget:
+    """``--budget``: a whole number of generations, or a duration (``90m``, ``2h``, ``45s``)."""
+    value = text.strip().lower()
+    if value and value[-1] in _DURATION:
+        try:
+            amount = float(value[:-1])
+        except ValueError:
+            amount = math.nan
+        if not (math.isfinite(amount) and amount > 0):
+            raise argparse.ArgumentTypeError(f"--budget must be N generations or a duration like 90m (got "
+                                             f"{text[:40]!r})")
+        return Budget(seconds=amount * _DURATION[value[-1]])
+    if not value.isdigit() or int(value) < 1 or len(value) > 9:
+        raise argparse.ArgumentTypeError(f"--budget must be N generations (1..999999999) or a duration like 90m "
+                                         f"(got {text[:40]!r})")
+    return Budget(generations=int(value))
 
 
-def check_models(options: ModelOptions) -> None:
-    """What can be known of the pair without loading it: headers llama.cpp would abort on, a vocabulary the
-    verifier does not share (from the headers), and the --parallel capacity."""
-    from relaxtui.engine.capacity import check_parallel
-    from relaxtui.engine.gguf import read_header
-    from relaxtui.engine.gguf_check import check_loadable
-    from relaxtui.models.pairing import header_mismatch
+def race_rules(args: argparse.Namespace, scored: bool) -> RaceRules:
+    """The race's rules from the flags: a scored task is judged on accuracy (and drift with --max-drift), an
+    open-ended one on drift alone (at DEFAULT_MAX_DRIFT unless given)."""
+    max_drift = args.max_drift if scored or args.max_drift is not None else DEFAULT_MAX_DRIFT
+    return RaceRules(confidence=args.confidence, max_drop=args.max_drop / 100 if scored else None,
+                     max_drift=max_drift, repeats=args.repeats)
 
-    paths = [path for path in model_paths(options).values() if path is not None]
-    for path in paths:
-        check_loadable(path)
-    if len(paths) == 2:
-        names = (paths[0].name, paths[1].name)
-        mismatch = header_mismatch(read_header(paths[0]), read_header(paths[1]), names)
-        if mismatch is not None:
-            raise UserError(mismatch)
-    check_parallel(options.parallel, paths, options.ctx_size, rollback_depth=options.draft_max)
+
+def resume_command(args: argparse.Namespace) -> str:
+    """What to type to go on: the same command (its folder keeps the race) with a larger --budget."""
+    return f"run the same tune with a larger --budget (results in {args.out or 'results/tune-TASK'})"
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxtui.rules import PAPER_GRID
-    from relaxtui.session import load_pair
+    from relaxtui.rules import PAPER_GRID, split_spec
 
     task = get(args.task, allow_outside_data=args.allow_outside_data)
     if args.drafters == [DEFAULT_DRAFTER] and drafts_without_file(args.draft_kind):
         args.drafters = [args.draft_kind]  # --draft-kind without --drafters: that kind (plan_drafters sets it after)
     if "strict" in args.rule:
         raise UserError("--rule lists relaxed rules; strict always runs over --draft-max")
+    if args.ray_actors is not None and args.ray is None:
+        raise UserError(f"--ray-actors goes with --ray (got --ray-actors {args.ray_actors} alone)")
     params = sampling(args)
     given_tokens = args.max_tokens
     args.max_tokens = given_tokens or min(TUNE_TOKENS, task.max_tokens)
-    longest = max(*args.draft_max, args.relaxed_n or 0, 3)  # 3: the relaxed N when no strict N ran yet
+    longest = max(*args.draft_max, args.relaxed_n or 0, 3)
     strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), repeats=args.repeats, seed=args.seed,
-                      max_tokens=args.max_tokens, sampling=params)
+                      max_tokens=args.max_tokens, sampling=params, record_rows=True)
     # every relaxed rule and knob is checked as eval checks them, before anything loads (N does not matter)
-    knobs = {rule: tuple(args.alpha) or PAPER_GRID.get(rule, (None,))[:2] for rule in args.rule}
-    for rule, rule_knobs in knobs.items():
-        EvalPlan(rules=(rule,), alphas=rule_knobs, draft_max=(longest,), no_spec=False, sampling=params)
+    relaxed = [point for rule in args.rule for point in EvalPlan(
+        rules=(rule,), alphas=tuple(args.alpha) or PAPER_GRID.get(split_spec(rule)[0], (None,))[:2],
+        draft_max=(longest,), no_spec=False, sampling=params).points()]
     named = [spec for spec in args.profile if spec != THIS_MACHINE]  # this-machine is measured at the start
     for profile in profiles_for_report(named, None):  # bad or too short profiles fail before any model loads
         profile.round_cost_ms(longest)
@@ -172,161 +177,96 @@ def run(args: argparse.Namespace) -> int:
     samples = every_sample[: args.limit]
     if not samples:
         raise UserError(f"{args.task}: no problems to run")
+    by_id = {sample.id: sample for sample in samples}
+    order = race_order(list(by_id), args.seed)
+    scored = getattr(task, "scored", True)
+    rules = race_rules(args, scored)
+    budget = args.budget
     out = args.out or Path("results") / f"tune-{task.name}"
     checks = plan_checks(args, task, out, given_tokens)  # each task loads, each folder is checked, before any model
-    stop_requested = threading.Event()
-    groups: list[tuple[list[Record], list[CostProfile]]] = []  # per drafter: its records and the profiles pricing them
     drafter_runs = plan_drafters(args, task, out)
-    for position, drafter_run in enumerate(drafter_runs):
-        store = drafter_run.store
-        pair = load_pair(drafter_run.options)
-        progress = ProgressBar(sys.stderr, title="tune" if len(drafter_runs) == 1 else f"tune {drafter_run.stem}")
-        previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
-        try:
-            tokenize = sample_tokenizer(pair.verifier)
-            price = pricer(pair, drafter_run.options, log=lambda line: print(line, file=sys.stderr, flush=True))
-            for line in (store.open_run(drafter_run.identity, run_environment(task)),
-                         store.read().skipped_line(store.path)):
-                if line:
-                    print(line, file=sys.stderr)
-            save_measured_profile(store, pair, replace(strict, draft_max=(longest,)), tokenize(samples[0]))
-            # each drafter is priced by its own measured costs (an n-gram drafter costs nothing a model does)
-            drafter_profiles = profiles_for_report(args.profile, store.directory)
-            run_eval(task, samples, replace(strict, no_spec=position == 0), drafter_run.identity, store,
-                     pair.verifier, pair.drafter, tokenize, on_sample=progress.update,
-                     should_stop=stop_requested.is_set, price=price)
-            relaxed_n = args.relaxed_n or _best_strict_n(list(store.records()),
-                                                         drafter_profiles[0] if drafter_profiles else None)
-            for rule, rule_knobs in knobs.items():
-                plan = EvalPlan(rules=(rule,), alphas=rule_knobs, draft_max=(relaxed_n,), no_spec=False,
-                                repeats=args.repeats, seed=args.seed, max_tokens=args.max_tokens, sampling=params)
-                run_eval(task, samples, plan, drafter_run.identity, store, pair.verifier, pair.drafter, tokenize,
-                         on_sample=progress.update, should_stop=stop_requested.is_set, price=price)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            progress.close()
-            pair.close()
-        if stop_requested.is_set():
-            print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
-            return 130
-        records = list(store.records())
-        for record in records:
-            if len(args.drafters) > 1 and record["config"]["rule"] is not None:
-                record["config"]["label"] += f" [{drafter_run.stem}]"
-        groups.append((records, drafter_profiles))
-    summaries = summarise_drafters(groups, wall_clock=args.parallel == 1)
-    profiles = groups[0][1]
-    title = one_line(f"tune {task.name} (K={len(samples)}) — {Path(args.verifier).name}")
-    show(title, summaries, args.parallel, out, profiles)
-    advice = recommend(summaries, max_drop=args.max_drop, profile=profiles[0] if profiles else None,
-                       task_size=len(every_sample), max_drift=args.max_drift,
-                       model_free=model_free_labels(summaries, drafter_runs))
-    print("\n" + advice.front_line())
-    print("\n".join(advice.lines()))
-    print(f"\nresults, summary.md and pareto.png in {out}")
+    disconnect = connect_cluster(args.ray)
+    stop_requested = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())  # stop at the next round
+    tuned: list[tuple[DrafterRun, DrafterTune]] = []
+    try:
+        for position, drafter_run in enumerate(drafter_runs):
+            title = "tune" if len(drafter_runs) == 1 else f"tune {drafter_run.stem}"
+            result = tune_drafter(
+                args, task, by_id, order, options=drafter_run.options, identity=drafter_run.identity,
+                store=drafter_run.store, strict=replace(strict, no_spec=position == 0),
+                points=lambda n: list(dict.fromkeys(replace(point, draft_max=n) for point in relaxed)),
+                rules=rules, budget=budget, title=title,
+                profiles_of=lambda folder: profiles_for_report(args.profile, folder),
+                should_stop=stop_requested.is_set, resume=resume_command(args))
+            if result is None:
+                print(f"stopped; results so far are in {out} (run the same command to resume)", file=sys.stderr)
+                return 130
+            tuned.append((drafter_run, result))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        disconnect()
+    advice = tune_report(args, task, tuned, len(samples), out)
+    if args.json:
+        print(json.dumps(advice.json, indent=1))
+    else:
+        print("\n".join(advice.lines))
     if not checks:
         return 0
-    primary = profiles[0].name if profiles else None
-    setting, why = chosen_setting(advice, primary)
-    if setting is None:
+    label, why = advice.chosen
+    found = [(run, result, entrant) for run, result in tuned for entrant in result.entrants if entrant.name == label]
+    if not found:
         print(f"\n--check: {why} on {task.name}")
         return 0
-    position = next((i for i, run in enumerate(drafter_runs) if len(drafter_runs) == 1
-                     or setting.label.endswith(f" [{run.stem}]")), 0)
-    carries = run_checks(args, checks, setting, drafter_runs[position], stop_requested)
+    drafter_run, _, entrant = found[0]
+    previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
+    try:
+        carries = run_checks(args, checks, entrant, why, task.name, drafter_run, rules, budget, strict,
+                             stop_requested)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     if carries is None:
         return 130
-    print()
-    print("\n".join(carry_lines(setting, why, task.name, carries)))
+    print("\n" + "\n".join(carries))
     return 0
 
 
-def show(title: str, summaries: list[ConfigSummary], parallel: int, out: Path, profiles: list[CostProfile]) -> None:
-    """Print the tables (summary, then drift) and warnings, and write the folder's reports."""
-    note = SHARED_BATCHES_NOTE.format(k=parallel) if parallel > 1 else None
-    print(title)
-    print(render_table(summaries))
-    print("\n" + render_drift_table(summaries))
-    if note:
-        print(note)
-    for line in warnings(summaries):
-        print(line)
-    write_reports(out, summaries, title, profiles, note)
-
-
-@dataclass(frozen=True)
-class CheckTask:
-    """One --check task: its samples, budget and, per drafter, its run folder (checked before any model loads)."""
-
-    task: Task
-    samples: list[Sample]
-    max_tokens: int
-    runs: dict[str, DrafterRun]
-    task_size: int  # the task's problems in all: the verdict never asks for more
-
-
-def plan_checks(args: argparse.Namespace, task: Task, out: Path, given_tokens: int | None) -> list[CheckTask]:
-    """Load every --check task (its own budget unless --max-tokens was given) and check each of its folders
-    against its identity (read-only): a bad task or a folder of another run fails before any model loads."""
-    checks = []
-    for name in args.check:
-        other = get(name, allow_outside_data=args.allow_outside_data)
-        if other.name == task.name:
-            raise UserError(f"--check {name}: that is the tuned task itself; name other tasks")
-        every_sample = other.load()
-        samples = every_sample[: args.limit]
-        if not samples:
-            raise UserError(f"--check {name}: no problems to run")
-        max_tokens = given_tokens or min(TUNE_TOKENS, other.max_tokens)
-        runs = {run.stem: run for run in plan_drafters(args, other, out / f"check-{other.name}", max_tokens)}
-        checks.append(CheckTask(other, samples, max_tokens, runs, len(every_sample)))
-    return checks
-
-
-def run_checks(args: argparse.Namespace, checks: list[CheckTask], setting: ConfigSummary, drafter_run: DrafterRun,
-               stop_requested: threading.Event) -> list[Carry] | None:
-    """Run the verifier alone, strict at the setting's N and the setting itself on each --check task, with one
-    pair, priced by the tuned task's own profile; None when stopped."""
-    from relaxtui.session import load_pair
-
-    assert setting.rule is not None  # a relaxed setting (transfer.chosen_setting), never the verifier alone
-    spec = setting.rule if setting.knob is None else f"{setting.rule}:{setting.knob!r}"
-    measured = drafter_run.store.directory / MEASURED_PROFILE
-    carries = []
-    pair = load_pair(drafter_run.options)
-    progress = ProgressBar(sys.stderr, title="tune --check")
-    previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
-    try:
-        tokenize = sample_tokenizer(pair.verifier)
-        price = pricer(pair, drafter_run.options, log=lambda line: print(line, file=sys.stderr, flush=True))
-        for check in checks:
-            plan = EvalPlan(rules=("strict", spec), draft_max=(setting.draft_max,), no_spec=True,
-                            repeats=args.repeats, seed=args.seed, max_tokens=check.max_tokens, sampling=sampling(args))
-            run = check.runs[drafter_run.stem]
-            store, identity, folder = run.store, run.identity, run.store.directory
-            store.open_run(identity, run_environment(check.task))
-            if measured.exists() and not (folder / MEASURED_PROFILE).exists():
-                shutil.copyfile(measured, folder / MEASURED_PROFILE)  # one price list for every task checked
-            save_measured_profile(store, pair, plan, tokenize(check.samples[0]))
-            run_eval(check.task, check.samples, plan, identity, store, pair.verifier, pair.drafter, tokenize,
-                     on_sample=progress.update, should_stop=stop_requested.is_set, price=price)
-            if stop_requested.is_set():
-                print(f"stopped; results so far are in {folder} (run the same command to resume)", file=sys.stderr)
-                return None
-            profiles = profiles_for_report(args.profile, folder)
-            summaries = summarise(list(store.records()), profiles, wall_clock=args.parallel == 1)
-            progress.close()
-            print()
-            show(f"--check {check.task.name} (K={len(check.samples)}): {setting.label} against strict", summaries,
-                 args.parallel, folder, profiles)
-            carries.append(carry_over(check.task.name, summaries, setting, max_drop=args.max_drop,
-                                      max_drift=args.max_drift, profile=profiles[0].name if profiles else None,
-                                      task_size=check.task_size))
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        progress.close()
-        pair.close()
-    return carries
+def tune_report(args: argparse.Namespace, task: Task, tuned: list[tuple[DrafterRun, DrafterTune]], problems: int,
+                out: Path) -> TuneAdvice:
+    """The evidence (each config's table row, written to the folder's reports too), each race's table and the
+    advice. Wall-clock speed-ups are kept only for the configs the strict stage ran side by side with the verifier
+    alone: the race's settings ran later, in other batches, so their speed is the priced one (and the race's)."""
+    groups = [(list(run.store.records()), result.profiles) for run, result in tuned]
+    for (run, _), (records, _) in zip(tuned, groups, strict=True):
+        if len(tuned) > 1:
+            for record in records:
+                if record["config"]["rule"] is not None:
+                    record["config"]["label"] += f" [{run.stem}]"
+    summaries = summarise_drafters(groups, wall_clock=args.parallel == 1)
+    summaries = [s if s.rule in (None, "strict") else replace(s, measured_speedup=None) for s in summaries]
+    profiles = tuned[0][1].profiles
+    title = one_line(f"tune {task.name} ({problems} problems) — {Path(args.verifier).name}")
+    lines = [title, render_table(summaries), "", render_drift_table(summaries)]
+    if args.parallel > 1:
+        lines.append(SHARED_BATCHES_NOTE.format(k=args.parallel))
+    lines += warnings(summaries)
+    lines.append("wall-clock speed-ups are shown for the strict stage's configs, run side by side with the verifier "
+                 "alone; a raced setting's speed is priced (its race pairs it with strict on the same problems)")
+    write_reports(out, summaries, title, profiles, SHARED_BATCHES_NOTE.format(k=args.parallel)
+                  if args.parallel > 1 else None)
+    strict_only = [s for s in summaries if s.rule in (None, "strict")]
+    strict_advice = recommend(strict_only, max_drop=args.max_drop, profile=profiles[0] if profiles else None,
+                              task_size=problems, max_drift=args.max_drift,
+                              model_free=model_free_labels(strict_only, [run for run, _ in tuned]))
+    drafters = [DrafterRace(run.stem if len(tuned) > 1 else "", result.screened, result.race, result.relaxed_n,
+                            result.seconds_per_generation) for run, result in tuned]
+    lines += ["", *race_tables(drafters), ""]
+    rules = race_rules(args, getattr(task, "scored", True))
+    advice = advise(strict_advice.strict_lines(), drafters, task_size=problems, resume=resume_command(args),
+                    max_drop=None if rules.max_drop is None else args.max_drop, max_drift=rules.max_drift,
+                    confidence=args.confidence, min_gain=args.min_gain)
+    advice.lines = [*lines, *advice.lines, f"\nresults, summary.md, pareto.png and race.json in {out}"]
+    return advice
 
 
 def summarise_drafters(groups: list[tuple[list[Record], list[CostProfile]]],
@@ -349,22 +289,3 @@ def model_free_labels(summaries: list[ConfigSummary], drafter_runs: list[Drafter
     if len(drafter_runs) == 1:
         return {s.label for s in summaries} if free else set()
     return {s.label for s in summaries if any(s.label.endswith(f" [{stem}]") for stem in free)}
-
-
-def _best_strict_n(records: list[Record], profile: CostProfile | None) -> int:
-    """The strict N that is fastest so far: by the profile's priced speed-up (stable), else by tokens/s; 3 when
-    nothing ran."""
-    by_n: dict[int, list[Record]] = {}
-    for record in records:
-        if record["config"]["rule"] == "strict":
-            by_n.setdefault(record["config"]["draft_max"], []).append(record)
-    if not by_n:
-        return 3
-
-    def speed(rows: list[Record]) -> float:
-        if profile is not None:
-            return priced_speedup(profile, rounds_of_records(rows))  # as the report prices them (`pricing`)
-        seconds = sum(r["decode_s"] for r in rows)
-        return sum(r["output_tokens"] for r in rows) / seconds if seconds else 0.0
-
-    return max(by_n, key=lambda n: speed(by_n[n]))

@@ -49,7 +49,8 @@ def test_the_defaults_a_newcomer_asked_for_are_shown():
     for shown in ("(default: 20)", "(default: 0.95)", "(default: 3)", "(default: 256)"):
         assert shown in generate, shown
     tune = help_of("tune")
-    assert "problems to score (K) (default: 5)" in tune and "(default: 2.0)" in tune and "(default: 2 3 4)" in tune
+    assert "recorded for the replay) (default: 5)" in tune and "(default: 2.0)" in tune and "(default: 2 3 4)" in tune
+    assert "(default 60m)" in tune and "(default: 0.95)" in tune
     bench = help_of("bench")
     assert re.search(r"--passes PASSES [^-]*default", bench) and re.search(r"--draft-max N_MAX, [^(]*\(N[^-]*default",
                                                                            bench)

@@ -268,3 +268,26 @@ def test_a_lookup_drafters_priced_drafts_run_on_actors_as_they_do_locally(tmp_pa
     for key, record in theirs.items():
         assert record["output"] == mine[key]["output"]
         assert all(0 <= k <= 8 for k in record["draft_lengths"])
+
+
+@pytest.mark.model
+def test_tune_races_on_actors_as_it_does_locally(capsys, tmp_path, test_model_path, ray_head, fresh_driver):
+    """`tune --ray`: the strict stage and every batch of the race go to the actors; greedy, the same records and the
+    same race (its books, problem by problem) as a local tune of the same command."""
+    stem = test_model_path.name.removesuffix(".gguf")
+
+    def argv(out, *extra):
+        priced_already(out / stem)
+        return ["tune", "aime", "--limit", "4", "--screen-problems", "1", "--max-tokens", "8", "--draft-max", "2",
+                "--rule", "cactus:1", "ensemble:0", "--verifier", str(test_model_path), "--drafters",
+                str(test_model_path), "--temperature", "0", "--ctx-size", "1024", "--threads", "1", "--budget", "9",
+                "--no-screen", "--profile", "memory-bound", "--out", str(out), *extra]
+
+    assert main(argv(tmp_path / "local")) == 0
+    assert main(argv(tmp_path / "ray", "--ray", ray_head, "--ray-actors", "2")) == 0
+    assert "ray: 2 actor(s) on 1 node(s)" in capsys.readouterr().err
+    local, remote = records(tmp_path / "local" / stem), records(tmp_path / "ray" / stem)
+    assert sorted((r["config_id"], r["problem_id"], r["output"]) for r in remote) == sorted(
+        (r["config_id"], r["problem_id"], r["output"]) for r in local)
+    race = {side: json.loads((tmp_path / side / stem / "race.json").read_text()) for side in ("local", "ray")}
+    assert race["ray"]["settings"] == race["local"]["settings"] and race["ray"]["spent"] == race["local"]["spent"] <= 9

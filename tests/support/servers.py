@@ -33,11 +33,12 @@ ROOT = Path(__file__).resolve().parents[2]
 @contextmanager
 def running(pair: FakeServedPair | None = None, *, parallel: int = 2, keys: tuple[str, ...] = (),
             max_queue: int = 64, timeout_s: float = 600.0, load=None, sampling: SamplingParams = GREEDY,
-            policy: Policy = Policy()):
+            policy: Policy | None = None):
     """A server on a free loopback port in this process; yields (base URL, scheduler)."""
     pair = pair or FakeServedPair(parallel)
     scheduler = Scheduler(load or (lambda: pair), max_queue=max_queue)
-    defaults = Defaults(Speculative("strict", None, 3, "model"), sampling, 0, None, None, DRAFT_KINDS, policy)
+    defaults = Defaults(Speculative("strict", None, 3, "model"), sampling, 0, None, None, DRAFT_KINDS,
+                        policy or Policy())
     app = build_app(scheduler, ServeSettings(defaults, keys, timeout_s=timeout_s, drain_s=5.0))
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", log_config=None))

@@ -109,6 +109,11 @@ class Recommendation:
         return lines
 
 
+    def strict_lines(self) -> list[str]:
+        """What the advice says before any relaxed setting: the speed basis, then the best strict N (lossless) or
+        that speculation does not pay here."""
+        return self.lines()[:2]
+
     def front_line(self) -> str:
         """The Pareto front, named only where speed trades against quality: when every setting ties on speed (as
         the table shows it) or one setting is ahead on both, there is no front to name, and the line says which."""
