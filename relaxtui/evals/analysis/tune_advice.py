@@ -8,6 +8,7 @@ setting's decision — the screen's "does not pay here" (never generated), or th
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,23 @@ def advise(strict_lines: Sequence[str], drafters: Sequence[DrafterRace], *, task
         chosen = (max(open_ones)[1], "undecided here, checked anyway as the fastest not shown to break")
     else:
         chosen = (None, "no relaxed setting holds or is still open")
-    return TuneAdvice(lines, {"advice": list(lines), "races": rows_json, "chosen": chosen[0]}, chosen)
+    return TuneAdvice(wrapped(lines), {"advice": list(lines), "races": rows_json, "chosen": chosen[0]}, chosen)
+
+
+WIDTH = 120  # a terminal the advice fits without wrapping itself (the table's width too)
+
+
+def wrapped(lines: Sequence[str], width: int = WIDTH) -> list[str]:
+    """Each line wrapped at ``width``, its continuations indented under its text (a "   - " item under its words)."""
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" -0123456789."))
+        out += textwrap.wrap(line, width, subsequent_indent=" " * max(lead, 3), break_long_words=False,
+                             break_on_hyphens=False)
+    return out
 
 
 def race_tables(drafters: Sequence[DrafterRace]) -> list[str]:
