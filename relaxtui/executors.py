@@ -11,7 +11,9 @@ lifecycle around it:
     run()            instead of start: the loop in the calling thread, events yielded (the eval runner)
 
 Each job keeps its own prompt, config, rule and seed streams, and its own stop request (``Job.should_stop``):
-a request whose client went away leaves the batch at the next round and its slot takes the next job.
+a request whose client went away leaves the batch at the next round and its slot takes the next job. While no
+sequence is live and no job waits, the loop's thread runs the pair's background measurements a slice at a time
+(``idle``; ``costmodel.background``): a job that arrives waits for one slice at most.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from relaxtui.decoding.batched import Job, stream_many
+from relaxtui.decoding.batched import Job, Read, ReadJob, stream_many
 from relaxtui.decoding.events import Event, Finished
 from relaxtui.engine.api import Model
 
@@ -43,11 +45,11 @@ class JobQueue:
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = limit
-        self._jobs: deque[Job] = deque()
+        self._jobs: deque[Job | ReadJob] = deque()
         self._ready = threading.Condition()
         self._closed = False
 
-    def put(self, jobs: Iterable[Job]) -> None:
+    def put(self, jobs: Iterable[Job | ReadJob]) -> None:
         jobs = list(jobs)
         with self._ready:
             if self._closed:
@@ -58,18 +60,23 @@ class JobQueue:
             self._jobs.extend(jobs)
             self._ready.notify()
 
-    def take(self, *, block: bool) -> Job | None:
+    def take(self, *, block: bool) -> Job | ReadJob | None:
         with self._ready:
             while block and not self._jobs and not self._closed:
                 self._ready.wait()
             return self._jobs.popleft() if self._jobs else None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, and more may come."""
+        return not self._jobs and not self._closed
 
     def close(self) -> None:
         with self._ready:
             self._closed = True
             self._ready.notify_all()
 
-    def clear(self) -> list[Job]:
+    def clear(self) -> list[Job | ReadJob]:
         """Remove and return every waiting job (what a stopped loop left behind)."""
         with self._ready:
             jobs, self._jobs = list(self._jobs), deque()
@@ -80,16 +87,23 @@ class JobQueue:
 
 
 class _Tracked:
-    """The queue as the loop sees it, remembering which jobs hold a slot (so a crash can name them)."""
+    """The queue as the loop sees it, remembering which jobs hold a slot (so a crash can name them). Before it waits
+    for a job with nothing live, it runs ``idle`` (one slice of background work; False: nothing left) while the queue
+    stays empty; ``taken`` is told of every job it hands the loop (the models are used again)."""
 
-    def __init__(self, queue: JobQueue) -> None:
-        self.queue = queue
-        self.live: dict[int, Job] = {}
+    def __init__(self, queue: JobQueue, idle: Callable[[], bool] | None = None,
+                 taken: Callable[[], None] | None = None) -> None:
+        self.queue, self.idle, self.taken = queue, idle, taken
+        self.live: dict[int, Job | ReadJob] = {}
 
-    def take(self, *, block: bool) -> Job | None:
+    def take(self, *, block: bool) -> Job | ReadJob | None:
+        while block and self.idle is not None and self.queue.idle and self.idle():
+            pass
         job = self.queue.take(block=block)
         if job is not None:
             self.live[id(job)] = job
+            if self.taken is not None:
+                self.taken()
         return job
 
 
@@ -97,11 +111,14 @@ class BatchedExecutor:
     """One pair's contexts, ``verifier.n_seq`` sequences at a time, fed while it runs (module docstring)."""
 
     def __init__(self, verifier: Model, drafter: Any = None, *, max_waiting: int | None = None,
-                 join_in_batch: bool = False) -> None:
-        """``join_in_batch``: arriving jobs send their prompts in the running verify batches (``stream_many``)."""
+                 join_in_batch: bool = False, idle: Callable[[], bool] | None = None,
+                 taken: Callable[[], None] | None = None) -> None:
+        """``join_in_batch``: arriving jobs send their prompts in the running verify batches (``stream_many``);
+        ``idle``, ``taken``: background work run while nothing is live, and told when the models are used again
+        (``costmodel.background.Background.step`` and ``touched``)."""
         self.verifier, self.drafter, self.join_in_batch = verifier, drafter, join_in_batch
         self.queue = JobQueue(max_waiting)
-        self._source = _Tracked(self.queue)
+        self._source = _Tracked(self.queue, idle, taken)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -114,11 +131,11 @@ class BatchedExecutor:
     def waiting(self) -> int:
         return len(self.queue)
 
-    def submit(self, jobs: Iterable[Job]) -> None:
+    def submit(self, jobs: Iterable[Job | ReadJob]) -> None:
         self.queue.put(jobs)
 
     def run(self, should_stop: Callable[[], bool] = lambda: False, *,
-            tokens: bool = True) -> Iterator[tuple[Job, Event]]:
+            tokens: bool = True) -> Iterator[tuple[Job | ReadJob, Event | Read]]:
         """The batched loop over the queue, in this thread: yields (job, event) for every token (``tokens``) and
         every end. A stop request ends every live sequence ("stopped") and starts no more."""
         def stop() -> bool:
@@ -126,12 +143,12 @@ class BatchedExecutor:
 
         for job, event in stream_many(self.verifier, self._source, drafter=self.drafter, should_stop=stop,
                                       tokens=tokens, join_in_batch=self.join_in_batch):
-            if isinstance(event, Finished):
+            if isinstance(event, Finished | Read):
                 self._source.live.pop(id(job), None)
             yield job, event
 
-    def start(self, on_event: Callable[[Job, Event], None],
-              on_error: Callable[[BaseException, list[Job]], None]) -> None:
+    def start(self, on_event: Callable[[Job | ReadJob, Event | Read], None],
+              on_error: Callable[[BaseException, list[Job | ReadJob]], None]) -> None:
         """Run the loop in a thread of its own until closed. A loop that raises (a bug, broken logits) reports the
         jobs it held to ``on_error`` and starts again on the queue: one bad batch does not end the service."""
         def serve() -> None:

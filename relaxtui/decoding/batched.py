@@ -10,7 +10,8 @@ one-sequence loop's; only the batches are shared. Batched rows may differ from o
 (docs/architecture.md#llamacpp-pitfalls), so tokens agree with K = 1 up to those numerics.
 
 ``stream_many`` takes jobs from a ``JobSource`` while it runs (the server's queue) and yields every event;
-``generate_many`` runs a fixed list of jobs and yields each one's ``Finished``.
+``generate_many`` runs a fixed list of jobs and yields each one's ``Finished``. A ``ReadJob`` generates nothing: it
+reads with the verifier on a sequence of its own between two rounds (a server's prompt scoring) and ends at once.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from relaxtui.engine.api import Model, Rows, SeqDecode
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule
 
-__all__ = ["Job", "JobSource", "generate_many", "stream_many"]
+__all__ = ["Job", "JobSource", "Read", "ReadJob", "generate_many", "stream_many"]
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,31 @@ class Job:
     # the same scope, so neither the cache's content nor its timing tells one scope what another sent
 
 
+@dataclass(frozen=True)
+class ReadJob:
+    """A job that generates nothing: it reads with the verifier on a sequence of its own (a server's prompt scoring:
+    ``serve/scoring.py``). Taken like any job (same queue, bound and drain), it gets a free sequence between two
+    rounds and ``read(verifier, seq)`` runs there, on the model thread, while every other sequence waits (a long
+    prompt holds them for its decode, as a lone prefill does); the loop then yields (job, ``Read``) and frees the
+    sequence. ``should_stop``: its own stop request (a client gone): it is then not read."""
+
+    read: Callable[[Model, int], object]
+    tag: Any = None
+    should_stop: Callable[[], bool] | None = None
+    scope: object = None  # whose cached state the sequence may hold afterwards (``Job.scope``)
+
+
+@dataclass(frozen=True)
+class Read:
+    """The end of a ``ReadJob``: what its ``read`` returned; ``stopped``: it was not read (its own stop request, or
+    the loop's)."""
+
+    value: object = None
+    stopped: bool = False
+
+
 class JobSource(Protocol):
-    def take(self, *, block: bool) -> Job | None: ...  # block only when nothing is live; then None = no more, ever
+    def take(self, *, block: bool) -> Job | ReadJob | None: ...  # block only when nothing is live; None: no more
 
 
 class _Listed:
@@ -59,7 +83,7 @@ class _Listed:
     def __init__(self, jobs: Iterable[Job]) -> None:
         self._jobs = iter(jobs)
 
-    def take(self, *, block: bool) -> Job | None:
+    def take(self, *, block: bool) -> Job | ReadJob | None:
         return next(self._jobs, None)
 
 
@@ -76,7 +100,7 @@ def generate_many(verifier: Model, jobs: Iterable[Job], *, drafter: Drafter | No
 
 def stream_many(verifier: Model, source: JobSource, *, drafter: Drafter | None = None,
                 should_stop: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.perf_counter,
-                tokens: bool = True, join_in_batch: bool = False) -> Iterator[tuple[Job, Event]]:
+                tokens: bool = True, join_in_batch: bool = False) -> Iterator[tuple[Job | ReadJob, Event | Read]]:
     """Run jobs as ``source`` hands them over, ``verifier.n_seq`` at a time: yield (job, TokenEvent) per emitted
     token (``tokens``) and (job, Finished) as each ends. A job's own stop request ends it alone; ``should_stop``
     ends every live sequence with finish reason "stopped" and takes no more jobs.
@@ -108,6 +132,9 @@ def stream_many(verifier: Model, source: JobSource, *, drafter: Drafter | None =
     while True:
         taken: list[_Joining] = []
         while not stopping and free and (job := source.take(block=not (live or joining or taken))) is not None:
+            if isinstance(job, ReadJob):  # between two rounds, on a sequence of its own, then it is done
+                yield job, _read(verifier, job, free[-1], scopes, should_stop)
+                continue
             job_drafter = (job.drafter or drafter) if job.speculative else None
             _check_room(job_drafter, verifier)
             seq = free.pop()
@@ -239,6 +266,14 @@ class _Scopes:
     def sources(self, entry: _Joining) -> tuple[int, ...]:
         """The other sequences ``entry``'s job may copy a cached prompt from: those of its scope, now."""
         return tuple(seq for seq, owner in self.owners.items() if seq != entry.seq and owner == entry.job.scope)
+
+
+def _read(verifier: Model, job: ReadJob, seq: int, scopes: _Scopes, should_stop: Callable[[], bool]) -> Read:
+    """Run a ``ReadJob`` on the free sequence ``seq`` (which its scope then holds), unless a stop was asked."""
+    if should_stop() or (job.should_stop is not None and job.should_stop()):
+        return Read(stopped=True)
+    scopes.enter(verifier, seq, job.scope, None)
+    return Read(job.read(verifier, seq))
 
 
 def _either(stop: Callable[[], bool], own: Callable[[], bool] | None) -> Callable[[], bool]:

@@ -9,13 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from relaxtui import checks
-from relaxtui.decoding.draft_cut import check_prices
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 
 BONUS_POLICIES = ("auto", "target", "relaxed")
-DRAFT_CUTS = ("auto", "priced", "none")  # docs/method.md#priced-drafts; relaxtui.decoding.draft_cut.cuts_drafts
 
 
 @dataclass(frozen=True)
@@ -34,11 +32,6 @@ class GenerationConfig:
     learn: bool = True  # hand the finished output to the drafter (suffix, ngram-mod and ngram-cache learn from it:
     # a server's later requests, a chat's later turns); eval and bench turn it off, so that no run drafts from another
     # run's output of the same prompt and a measurement does not depend on the order its runs went in
-    draft_cut: str = "auto"  # "priced": verify only the prefix of each draft that pays for its width at
-    # ``verify_prices``; "none": every draft whole; "auto": priced for a drafter that runs no model (its drafts cost
-    # nothing; a model drafter's p-min stops it drafting instead)
-    verify_prices: tuple[float, ...] = ()  # v(1..K): a verify batch of k tokens in verifier steps, measured where the
-    # models run (relaxtui.costmodel.verify_prices); empty: not measured, nothing is cut
     logprobs: bool = False  # a consumer reads T=1 probabilities: each token's log p(x) (eval's drift) or greedy's p(x)
     # (serve's logprobs): candidate rows then carry the row's normaliser (whole rows always give it)
     record_rows: bool = False  # keep each round's drafts and sparse p/q rows (``Finished.round_rows``) for a replay
@@ -53,11 +46,5 @@ class GenerationConfig:
                                   f"must be in 0..{self.draft_max}, the draft length (got {self.draft_min})")
         if any(not text for text in self.stop):
             raise UserError("a stop string must not be empty")
-        if self.draft_cut not in DRAFT_CUTS:
-            raise checks.BadValue("draft_cut", f"must be one of {', '.join(DRAFT_CUTS)} (got {self.draft_cut!r})")
-        try:
-            check_prices(self.verify_prices)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
         if self.bonus not in BONUS_POLICIES:
             raise checks.BadValue("bonus", f"must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")

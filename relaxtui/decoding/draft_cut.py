@@ -14,19 +14,18 @@ the proposal was and what was emitted, including the proposed tokens the cut did
 whether they would have been kept (at greedy exactly; when sampling, the token the verifier emitted is the one a
 strict round keeps with the same probability). It depends on tokens alone, so a seed gives the same drafts.
 
-Pure: no model, no clock. The loop (``round.draft_all``/``round.accept``) holds one ``KeepOdds`` per sequence.
+Pure: no model, no clock. A ``PricedDrafter`` (``decoding/priced.py``) holds one ``KeepOdds`` per sequence; the round
+never sees the cut.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from relaxtui.decoding.config import GenerationConfig
-    from relaxtui.decoding.drafting import Drafter
+from relaxtui import checks
 
+DRAFT_CUTS = ("auto", "priced", "none")  # the policies (docs/method.md#priced-drafts), resolved by ``cuts_drafts``
 BUCKETS = 7  # streaks 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
 PRIOR_KEPT, PRIOR_SEEN = 2.0, 3.0  # Beta(2, 1): an unseen bucket keeps two in three (docs/method.md#priced-drafts)
 
@@ -101,6 +100,12 @@ class KeepOdds:
         return priced_length(self.chances(n), prices) if n and len(prices) > 1 else 0
 
 
+def check_policy(policy: str) -> None:
+    """A ``draft_cut`` policy is one of DRAFT_CUTS (a refusal names the setting)."""
+    if policy not in DRAFT_CUTS:
+        raise checks.BadValue("draft_cut", f"must be one of {', '.join(DRAFT_CUTS)} (got {policy!r})")
+
+
 def cuts_drafts(policy: str, holds_model: bool) -> bool:
     """Whether a ``draft_cut`` policy cuts a drafter's drafts by price: "priced" always, "auto" for a drafter that runs
     no model (its ``DrafterTraits.holds_model`` is False: what it proposes costs nothing, so only the verify width
@@ -108,11 +113,10 @@ def cuts_drafts(policy: str, holds_model: bool) -> bool:
     return policy == "priced" or (policy == "auto" and not holds_model)
 
 
-Pricer = Callable[["GenerationConfig", "Drafter | None"], "GenerationConfig"]
-"""How a face prices a generation's drafts: its config with the verify prices they are cut by, for the drafter that
-runs it (None: the verifier alone); ``relaxtui.costmodel.verify_prices.pricer`` measures them where the models run."""
-
-
-def unpriced(config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
-    """The ``Pricer`` of a pair with no measured costs (a fake pair, a test): drafts are never cut."""
-    return config
+def extend(prices: Sequence[float], blocks: int) -> tuple[float, ...]:
+    """``prices`` for blocks 1..``blocks``: past the measured ones, each token at the measured average per token."""
+    prices = tuple(prices)
+    if len(prices) >= blocks or len(prices) < 2:
+        return prices[:blocks]
+    step = max((prices[-1] - prices[0]) / (len(prices) - 1), 1e-6)
+    return prices + tuple(prices[-1] + step * i for i in range(1, blocks - len(prices) + 1))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaxtui.decoding.draft_cut import check_policy, cuts_drafts
 from relaxtui.decoding.drafting import Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.model_drafter import ModelDrafter
 from relaxtui.decoding.mtp import MtpDrafter
@@ -31,6 +32,7 @@ from relaxtui.decoding.ngram_cache import NgramCacheDrafter
 from relaxtui.decoding.ngram_index import sizes
 from relaxtui.decoding.ngram_map import NgramMapDrafter, NgramMapK4vDrafter, NgramSimpleDrafter, check_min_hits
 from relaxtui.decoding.ngram_mod import NgramModDrafter
+from relaxtui.decoding.priced import PricedDrafter, PriceSource
 from relaxtui.decoding.suffix import SuffixDrafter, SuffixSettings
 from relaxtui.decoding.vocab import VocabModel, check_vocab
 from relaxtui.engine.api import DraftHead, Model
@@ -69,11 +71,14 @@ class DrafterOptions:
     n_seq: int = 1  # sequences per context (--parallel)
     threads: int | None = None
     gpu_layers: int = 0  # llama.cpp's n_gpu_layers
+    draft_cut: str = "auto"  # priced drafting (docs/method.md#priced-drafts): which kinds the factory wraps in a
+    # PricedDrafter when it is handed the prices ("auto": those that run no model)
 
     def __post_init__(self) -> None:
         """Every setting of the option table through its check (a refusal names it), then what its own kind checks
         of them together."""
         kind = drafter_kind(self.kind)  # an unknown kind: one line
+        check_policy(self.draft_cut)
         if not 0.0 <= self.p_min < 1.0:
             raise UserError(f"--draft-p-min must be in [0, 1) (got {self.p_min})")
         for setting in DRAFTER_SETTINGS:
@@ -208,6 +213,11 @@ class DrafterKind:
         decides from it before anything loads (whether ``--draft-cut auto`` cuts) is what the loop then does."""
         return not self.standalone
 
+    def cuts(self, policy: str) -> bool:
+        """Whether the factory wraps this kind in a ``PricedDrafter`` under a ``draft_cut`` policy (its instance then
+        declares ``DrafterTraits.cut``): what a run's identity names before anything loads."""
+        return cuts_drafts(policy, self.holds_model)
+
     def file_of(self, drafter: str | None) -> str | None:
         """The model file a ``--drafter`` value names for this kind (None: it opens none)."""
         if drafter is None or not self.model_file or drafter == self.own_name:
@@ -258,7 +268,13 @@ def check_options(options: DrafterOptions, kinds: Iterable[str]) -> None:
         drafter_kind(kind).check(options)
 
 
-def make_drafter(options: DrafterOptions, verifier: VocabModel, openers: Openers) -> Drafter:
+def make_drafter(options: DrafterOptions, verifier: VocabModel, openers: Openers,
+                 prices: PriceSource | None = None) -> Drafter:
     """The drafter ``options`` describe, for ``verifier`` (its vocabulary checked first, the model closed on a
-    mismatch), its files opened by ``openers``."""
-    return drafter_kind(options.kind).build(options, verifier, openers)
+    mismatch), its files opened by ``openers``. ``prices``: this machine's verify prices as the pair holds them; given,
+    a kind that ``options.draft_cut`` cuts comes wrapped in a ``PricedDrafter`` that reads them."""
+    kind = drafter_kind(options.kind)
+    drafter = kind.build(options, verifier, openers)
+    if prices is not None and kind.cuts(options.draft_cut):
+        return PricedDrafter(drafter, prices, verifier.n_vocab)
+    return drafter

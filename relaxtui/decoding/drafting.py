@@ -1,15 +1,16 @@
 """What a drafter is to the loops: one interface for every kind, keyed by sequence (llama.cpp's common_speculative).
 
 Lifecycle per sequence ``seq``: ``begin(seq, prompt)`` → each round ``draft([requests])`` (every sequence that
-drafts this round, in one call, so a model drafter batches them) → ``accept(seq, n_accepted)`` after the verify
-batch, before the verifier decodes anything else → ``release(seq)`` to forget it → ``close()`` once. A relaxed
-bonus asks for q at N+1 with ``extend(seq)``. The drafter keeps its own cost accounting (``decode_seconds``, and
-``step``, one raw model step for calibration to time).
+drafts this round, in one call, so a model drafter batches them) → ``accept(seq, n_accepted, emitted)`` after the
+verify batch, before the verifier decodes anything else → ``release(seq)`` to forget it → ``close()`` once. A relaxed
+bonus asks for q at N+1 with ``extend(seq)``, which says what it cost. The drafter keeps its own cost accounting
+(``decode_seconds``, and ``step``, one raw model step for calibration to time).
 
 What the loops need to know about a drafter it *declares* in ``traits`` — whether its drafts carry a
 distribution, whether and at what cost it can extend a draft for the bonus, whether it needs the verifier's
 hidden states — so no caller ever asks which class it is (tests/decoding/test_drafter_interface.py checks that).
-Kinds and their options are built in one place, ``relaxtui.decoding.drafters.make_drafter``.
+Kinds and their options are built in one place, ``relaxtui.decoding.drafters.make_drafter`` (a drafter whose drafts
+are cut by price is one more drafter around it: ``relaxtui.decoding.priced``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -44,6 +45,8 @@ class DrafterTraits:
     n_ctx: int | None = None  # tokens per sequence; None = unbounded
     learns: bool = False  # keeps what one sequence saw for the others (earlier outputs, prompts: ``finished``), so
     # whoever shares an instance shares what it learned: a server gives each tenant (API key) an instance of its own
+    cut: str | None = None  # "priced": its drafts are cut by this machine's verify prices (decoding/priced.py), what
+    # a run's settings name; None: every draft is verified whole
 
     @property
     def can_extend(self) -> bool:
@@ -84,6 +87,8 @@ class Draft:
     q: tuple[Candidates, ...] = ()  # per position, processed q on its support: what the support path reads (spares
     # it a pass over each row; ``probs`` is then None: no drafter builds whole rows of q up front); empty: not known,
     # found from ``probs``
+    extra_steps: int = 0  # model steps the drafter decoded for it past its tokens (a proposal cut by price): the round
+    # counts them as extra draft steps
 
     def dense_probs(self, vocab: int) -> np.ndarray:
         """[n, vocab] processed q: ``probs``, or built from ``q`` (the dense path of a draft that handed only q on its
@@ -92,10 +97,12 @@ class Draft:
             return self.probs
         return scatter(self.q, vocab) if self.q else np.empty((0, vocab))
 
-    def first(self, n: int) -> Draft:
-        """Its first ``n`` tokens, with their distributions and rows (priced drafting verifies only those)."""
+    def first(self, n: int, extra_steps: int = 0) -> Draft:
+        """Its first ``n`` tokens, with their distributions and rows (priced drafting verifies only those);
+        ``extra_steps``: the model steps decoded past them."""
         return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n],
-                     None if self.logits is None else self.logits[:n], self.seconds, self.extra, self.q[:n])
+                     None if self.logits is None else self.logits[:n], self.seconds, self.extra, self.q[:n],
+                     extra_steps)
 
     def row(self, position: int, vocab: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(q, raw logits or None) at ``position`` (0-based): what ``Drafter.extend`` would hand for a draft cut
@@ -103,6 +110,33 @@ class Draft:
         q = self.probs[position] if self.probs is not None else scatter(self.q[position:position + 1], vocab)[0]
         raw = as_rows(self.logits)[position].vocab_logits() if self.logits is not None else None
         return q, raw
+
+
+class Extension(NamedTuple):
+    """q at N+1 for a relaxed bonus (``Drafter.extend``): processed q, the raw logits (None where the drafter's rows
+    were candidates), and the drafter steps it cost (counted as extra draft steps; 0: already decoded)."""
+
+    q: np.ndarray
+    raw: np.ndarray | None
+    steps: int
+
+
+class EmittedToken(Protocol):
+    """What a drafter reads of a token the round emitted (``decoding.acceptance.Emitted``)."""
+
+    @property
+    def token_id(self) -> int: ...
+
+
+def confirmed(proposal: Sequence[int], emitted: Sequence[EmittedToken]) -> int:
+    """How many of a proposal's tokens the round confirmed: those up to the first that differs from what it emitted
+    (verified or not: a token a price cut left out is judged by the token the round emitted in its place)."""
+    right = 0
+    for token, out in zip(proposal, emitted, strict=False):
+        if token != out.token_id:
+            break
+        right += 1
+    return right
 
 
 class Drafter(Protocol):
@@ -119,10 +153,10 @@ class Drafter(Protocol):
     def begin(self, seq: int, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
               should_stop: Callable[[], bool] = ...) -> bool: ...  # False: stopped during its prefill
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]: ...  # one Draft per request, in order
-    def accept(self, seq: int, n_accepted: int) -> None: ...  # the last verify batch kept n_accepted drafts (a
-    # drafter that holds no model, its drafts cut by price: the proposed tokens the round confirmed, verified or not)
-    # (q, raw logits) at N+1; no raw logits (None) where the drafter's rows were candidates
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]: ...
+    # the last verify batch kept n_accepted of the drafts verified, and the round emitted ``emitted`` (those kept, then
+    # the resampled or bonus token): a drafter that learns from its whole proposal compares it with them (``confirmed``)
+    def accept(self, seq: int, n_accepted: int, emitted: Sequence[EmittedToken]) -> None: ...
+    def extend(self, seq: int, sampling: SamplingParams) -> Extension: ...  # q at N+1, and what it cost
     def step(self, seq: int, context: Sequence[int]) -> None: ...  # one raw model step after context (timed: c_rel)
     def finished(self, seq: int, output: Sequence[int]) -> None: ...  # a generation on seq ended with this output
     def release(self, seq: int) -> None: ...  # forget a sequence (its cache emptied)
@@ -142,13 +176,12 @@ class BaseDrafter:
     def copied_bytes(self) -> int:
         return 0
 
-    def accept(self, seq: int, n_accepted: int) -> None:
-        """Told after each verify batch (before the verifier decodes again): ``n_accepted`` drafts were kept, and
-        the verifier's cache holds `last` and them. A drafter that runs no model, when its drafts are cut by price,
-        is told instead how many of its whole proposal the round confirmed (which may pass what was verified): a
-        count to learn from, never a position in the verifier's cache. Nothing to do by default."""
+    def accept(self, seq: int, n_accepted: int, emitted: Sequence[EmittedToken]) -> None:
+        """Told after each verify batch (before the verifier decodes again): ``n_accepted`` of the verified drafts
+        were kept (the verifier's cache holds `last` and them), and the round emitted ``emitted``. Nothing to do by
+        default."""
 
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]:
+    def extend(self, seq: int, sampling: SamplingParams) -> Extension:
         raise UserError(f"the {self.traits.kind} drafter has no distribution past its draft; use --bonus target "
                         "or auto")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from relaxtui.decoding.draft_steps import drafter_rows, draw_uniforms, fit_vocab, make_draft, propose
-from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
+from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest, Extension
 from relaxtui.decoding.prefill import ReusePolicy, common_prefix, copy_cached_prompt, prefill
 from relaxtui.decoding.sampling import Candidates, SamplingParams, process
 from relaxtui.engine.api import Model, Row, as_row
@@ -126,15 +126,15 @@ class ModelDrafter(BaseDrafter):
         self.model.set_candidates(request.seq, drafter_rows(request, self.p_min, self.target_vocab,
                                                             self.model.n_vocab))  # (False: whole rows stay)
 
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray | None]:
+    def extend(self, seq: int, sampling: SamplingParams) -> Extension:
         """q and raw logits one step past the sequence's last draft (the relaxed-bonus rules need it); no raw
-        logits from candidate rows (a rule that reads them gets whole rows)."""
+        logits from candidate rows (a rule that reads them gets whole rows). One model step."""
         context, length, drafted = self._drafted[seq]
         tokens = self._resync(seq, [*context[:length], *drafted])
         saved = self._saved([seq])
         logits = fit_vocab(self.model.decode_rows([seq], [tokens], last=True)[0][0], self.target_vocab)
         self._restore(saved)
-        return process(logits, sampling), as_row(logits).vocab_logits()
+        return Extension(process(logits, sampling), as_row(logits).vocab_logits(), 1)
 
     def step(self, seq: int, context: Sequence[int]) -> None:
         """Decode ``context[-1]`` after ``context[:-1]`` (which the sequence holds): one raw step, for c_rel."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from relaxtui.decoding.draft_steps import draw_uniforms, fit_vocab, make_draft, propose
-from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
+from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest, Extension
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import Candidates, SamplingParams, process
 from relaxtui.engine.api import DraftHead, Model
@@ -91,12 +91,13 @@ class MtpDrafter(BaseDrafter):
         seconds = time.perf_counter() - started
         return [make_draft(tokens, probs, raw, self.target_vocab, seconds) for tokens, probs, raw in made]
 
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-        """q and raw logits one step past the sequence's last draft: one chained head step."""
+    def extend(self, seq: int, sampling: SamplingParams) -> Extension:
+        """q and raw logits one step past the sequence's last draft: one chained head step (counted as the
+        one step its traits declare)."""
         logits = self._pending.pop(seq, None)
         if logits is None:
             logits = self._fit(self.head.step([(seq, self._last[seq])])[0])
-        return process(logits, sampling), logits
+        return Extension(process(logits, sampling), logits, 1)
 
     def step(self, seq: int, context: Sequence[int]) -> None:
         """One raw head step after the verifier's cache of ``seq`` (for c_rel): a first draft step."""

@@ -9,10 +9,11 @@ sequence by common prefix, as llama.cpp's map follows the prompt at ``common_ngr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relaxtui.checks import MAX_NGRAM_COUNT
-from relaxtui.decoding.drafting import DrafterTraits
+from relaxtui.decoding.drafting import DrafterTraits, EmittedToken, confirmed
 from relaxtui.decoding.ngram_index import GramIndex, NgramBase, SeqTokens, sizes
 from relaxtui.errors import UserError
 
@@ -91,7 +92,7 @@ class MapIndex(GramIndex):
         self.held: dict[int, int] = {}  # key hash -> the start the map holds
         self.held_to = 0  # starts up to here have been offered to ``held``
         self.stats: dict[tuple[int, ...], KeyStats] = {}
-        self.last: tuple[KeyStats, Value | None] | None = None
+        self.last: tuple[KeyStats, Value | None, list[int]] | None = None  # and the draft it made
 
     def offer(self, bound: int) -> None:
         """Offer the starts that have become eligible (m + 1 tokens after their key), newest first."""
@@ -162,17 +163,19 @@ class NgramMapDrafter(NgramBase):
             stats = state.stats[key] = KeyStats(start, n_accepted=size_m)
         stats.hits = min(stats.hits + 1, MAX_COUNT)
         if not self.counts_values:
-            state.last = (stats, None)
             take = min(size_m, stats.n_accepted, n)
-            return tokens[start + size_n:start + size_n + take]
+            draft = tokens[start + size_n:start + size_n + take]
+            state.last = (stats, None, draft)
+            return draft
         if stats.hits < self.min_hits:
             return []
         best = self.count_values(state, stats, start)
         others = sum(v.count for v in stats.values) - best.count
         if others > 0 and best.count < 2 * others:
             return []  # no m-gram dominates
-        state.last = (stats, best)
-        return list(best.tokens[:min(best.n_accepted, n)])
+        draft = list(best.tokens[:min(best.n_accepted, n)])
+        state.last = (stats, best, draft)
+        return draft
 
     def count_values(self, state: MapIndex, stats: KeyStats, start: int) -> Value:
         """Count the m-grams after the key's occurrences from ``counted_to`` to ``start`` (both included, as
@@ -194,14 +197,16 @@ class NgramMapDrafter(NgramBase):
         stats.counted_to = start
         return max(stats.values, key=lambda v: v.count)  # max keeps the first of equals
 
-    def accept(self, seq: int, n_accepted: int) -> None:
+    def accept(self, seq: int, n_accepted: int, emitted: Sequence[EmittedToken]) -> None:
+        """The next draft of the same key (value) is no longer than the tokens of this one the round confirmed
+        (verified or not: a price may have verified fewer)."""
         state = self.seqs.get(seq)
         if isinstance(state, MapIndex) and state.last is not None:
-            stats, value = state.last
+            stats, value, draft = state.last
             if value is None:
-                stats.n_accepted = n_accepted
+                stats.n_accepted = confirmed(draft, emitted)
             else:
-                value.n_accepted = n_accepted
+                value.n_accepted = confirmed(draft, emitted)
             state.last = None
 
 

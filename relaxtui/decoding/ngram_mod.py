@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from relaxtui.decoding.drafting import DrafterTraits
+from relaxtui.decoding.drafting import DrafterTraits, EmittedToken, confirmed
 from relaxtui.decoding.ngram_index import LCG, NgramBase, SeqTokens, gram_hash, hash_windows, roll, sizes
 from relaxtui.errors import UserError
 
@@ -82,7 +82,7 @@ class ModState(SeqTokens):
         self.own: dict[int, int] = {}
         self.indexed = 0  # n-grams starting before this are in ``own``
         self.prompt_len = 0
-        self.drafted = 0
+        self.drafted: list[int] = []  # the last draft
         self.low = 0
 
     def extend(self, new: list[int]) -> None:
@@ -152,20 +152,22 @@ class NgramModDrafter(NgramBase):
     def propose(self, state: SeqTokens, n: int) -> list[int]:
         assert isinstance(state, ModState)
         tokens = state.tokens
-        state.drafted = 0
+        state.drafted = []
         if len(tokens) - 1 < self.size_n:
             return []
         limit = min(self.size_m, max(self.n_min, n))  # past this the answer is the same
         draft = self.table.chain(tokens[len(tokens) - self.size_n:], limit, self.n_min, state.own)[:n]
-        state.drafted = len(draft)
+        state.drafted = draft
         return draft
 
-    def accept(self, seq: int, n_accepted: int) -> None:
+    def accept(self, seq: int, n_accepted: int, emitted: Sequence[EmittedToken]) -> None:
+        """A round whose draft the output confirmed less than LOW_ACCEPTANCE of (verified or not: a price may have
+        verified less) counts towards the table's reset."""
         state = self.seqs.get(seq)
-        if not isinstance(state, ModState) or state.drafted == 0:
+        if not isinstance(state, ModState) or not state.drafted:
             return
-        drafted, state.drafted = state.drafted, 0  # a round that did not draft is not counted
-        if n_accepted / drafted < LOW_ACCEPTANCE:
+        drafted, state.drafted = state.drafted, []  # a round that did not draft is not counted
+        if confirmed(drafted, emitted) / len(drafted) < LOW_ACCEPTANCE:
             state.low += 1
             if state.low >= LOW_STREAK:
                 self.table.reset()

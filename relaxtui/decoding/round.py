@@ -30,7 +30,6 @@ import numpy as np
 from relaxtui.decoding.acceptance import Acceptance, DraftStep, Emitted, accept_draft, row_spec
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
-from relaxtui.decoding.draft_cut import KeepOdds, cuts_drafts
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
 from relaxtui.decoding.events import Finished, Metrics, RoundRows, RoundTiming, TokenEvent
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
@@ -100,8 +99,6 @@ class Slot:
     stop_tail: str = ""  # the end of the text, long enough to find a stop string that spans tokens
     saved: object | None = None  # this round: the verifier's state before the verify batch, when its drafts are
     # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
-    odds: KeepOdds | None = None  # priced drafting (``draft_cut``): how this sequence's drafts fared; None: off
-    proposal: Draft | None = None  # this round, priced drafting: the drafter's whole proposal (maybe cut)
     recorded: list[RoundRows] = field(default_factory=list)  # every round's rows (config.record_rows), for a replay
 
     @cached_property
@@ -162,18 +159,16 @@ def open_slot(verifier: Model, seq: int, prompt: Sequence[int], config: Generati
         verifier.set_candidates(seq, None)  # no generation runs on them: whole rows again
         raise
     now = clock()
-    priced = drafter is not None and draft_max > 0 and len(config.verify_prices) > 1 and \
-        cuts_drafts(config.draft_cut, drafter.traits.holds_model)
     return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
                 DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
                 prefill_s=now - started, prefill_decoded=decoded, started=now,
                 llama_before=llama_seconds(verifier, drafter), copied_before=copied_bytes(verifier, drafter),
-                finish=None if prefilled else "stopped", odds=KeepOdds() if priced else None)
+                finish=None if prefilled else "stopped")
 
 
 def plan(slot: Slot) -> bool:
     """Room and N for this round; False (finish "context") when not even `last` fits."""
-    slot.draft = slot.proposal = None
+    slot.draft = None
     slot.base = len(slot.verifier.tokens_of(slot.seq))  # = len(context) - 1: everything but `last` is cached
     room = slot.verifier.n_ctx - slot.base - 1  # draft tokens that still fit after `last`
     if room < 0:
@@ -185,8 +180,8 @@ def plan(slot: Slot) -> bool:
 
 def draft_all(slots: Sequence[Slot]) -> None:
     """Step 1: one call per drafter for every slot that drafts with it (a model drafter batches them, one row per
-    sequence per draft step). Drafts shorter than --draft-min are dropped (too short to pay for themselves); with
-    priced drafting, each is cut to the prefix that pays for its verify width (``draft_cut``)."""
+    sequence per draft step). Drafts shorter than --draft-min are dropped (too short to pay for themselves); model
+    steps a drafter decoded past its draft (a proposal cut by price) count as extra draft steps."""
     groups: dict[int, tuple[Drafter, list[Slot]]] = {}
     for slot in slots:
         if slot.drafter is not None and slot.n > 0:
@@ -197,27 +192,9 @@ def draft_all(slots: Sequence[Slot]) -> None:
         for slot, draft in zip(drafting, drafter.draft(requests), strict=True):
             if draft.tokens and len(draft.tokens) >= slot.config.draft_min:
                 slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
-            if slot.odds is not None:  # priced drafting: every proposed token is an outcome, verified or not
-                slot.proposal = slot.draft or draft
-                # a drafter that samples may stop early on what it drew (--draft-p-min): its cut is chosen for the
-                # N asked, so whether a position is verified never depends on the token drawn there
-                horizon = slot.n if drafter.traits.has_distribution else None
-                slot.draft = _cut(slot.odds, slot.draft, slot.config.verify_prices, slot.config.draft_min, horizon)
-                if drafter.traits.holds_model:  # its steps past the cut were decoded too: priced as extra steps
-                    slot.extra_steps += len(slot.proposal.tokens) - len(slot.draft_tokens)
+            slot.extra_steps += draft.extra_steps
     for slot in slots:
         _checkpoint(slot)
-
-
-def _cut(odds: KeepOdds, draft: Draft | None, prices: Sequence[float], draft_min: int,
-         horizon: int | None = None) -> Draft | None:
-    """Priced drafting: the prefix of the draft that this machine's verify prices say pays (None: a plain verifier
-    step, as for a cut shorter than --draft-min), chosen over the draft's own length, or over ``horizon`` tokens
-    and then bounded by the draft (a draft whose length depends on its own sampled tokens)."""
-    if draft is None:
-        return None
-    n = min(odds.cut(horizon or len(draft.tokens), prices), len(draft.tokens))
-    return draft if n == len(draft.tokens) else draft.first(n) if n >= max(draft_min, 1) else None
 
 
 def _whole_rows(slot: Slot) -> bool:
@@ -236,30 +213,23 @@ def _one_hot(draft: Draft, vocab: int) -> Draft:
     """q of a drafter without a distribution: all its mass on the token it proposed; no logits (whole rows are
     built from it only on the dense path)."""
     return Draft(draft.tokens, None, None, draft.seconds, draft.extra,
-                 q=tuple(one_hot(token) for token in draft.tokens))
+                 q=tuple(one_hot(token) for token in draft.tokens), extra_steps=draft.extra_steps)
 
 
 def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     """Steps 3 and 5: accept a prefix of the draft (resample or bonus), keep `last` and the accepted drafts in
-    the verifier's cache, tell the drafter how many it got (before the verifier decodes again: a drafter that
-    reads the verifier's hidden rows finds this batch's)."""
+    the verifier's cache, tell the drafter how many it got and what the round emitted (before the verifier decodes
+    again: a drafter that reads the verifier's hidden rows finds this batch's)."""
     drafter = slot.drafter
     emitted = accept_draft(slot.draft, target_logits, slot.acceptance, slot.accept_rng, _bonus_step(slot))
     n_accepted = len(emitted) - 1
     if slot.config.record_rows:  # (before the trim: an engine's rows are views of a buffer the next decode reuses)
         slot.recorded.append(record_round(slot.counters.rounds, slot.draft, target_logits, slot.config.sampling,
                                           n_accepted, drafter is None or drafter.traits.has_distribution))
-    told = n_accepted
-    if slot.odds is not None:
-        right = slot.odds.observe(slot.proposal.tokens if slot.proposal is not None else (),
-                                  [e.token_id for e in emitted])
-        if drafter is not None and not drafter.traits.holds_model:
-            told = right  # a lookup learns how good its proposal was (ngram-map's next length, ngram-mod's streak):
-            # the tokens the round confirmed, not only those the price let it verify
     slot.round_logprobs = [item.logp_x for item in emitted]  # from the rows the rule already read
     _keep(slot, slot.base + 1 + n_accepted)
     if drafter is not None:
-        drafter.accept(slot.seq, told)
+        drafter.accept(slot.seq, n_accepted, emitted)
     return emitted
 
 
@@ -276,19 +246,16 @@ def _keep(slot: Slot, position: int) -> None:
 
 
 def _bonus_step(slot: Slot) -> DraftStep | None:
-    """A relaxed bonus needs q at N+1: one more drafter step, from a drafter that declares it can (paid only in
-    the fully accepted rounds of rules that ask for it, and counted as extra draft steps)."""
+    """A relaxed bonus needs q at N+1: asked of a drafter that declares it can give it (only in the fully accepted
+    rounds of rules that ask for it); the steps it cost count as extra draft steps."""
     drafter = slot.drafter
     if drafter is None or drafter.traits.bonus_steps is None:
         return None
-    proposal, drafted = slot.proposal, len(slot.draft_tokens)
-    if proposal is not None and len(proposal.tokens) > drafted:  # priced drafting cut it: q at N+1 is the proposal's
-        return lambda: proposal.row(drafted, slot.verifier.n_vocab)
-    steps = drafter.traits.bonus_steps
 
     def step() -> tuple[np.ndarray, np.ndarray | None]:
-        slot.extra_steps += steps
-        return drafter.extend(slot.seq, slot.config.sampling)
+        extension = drafter.extend(slot.seq, slot.config.sampling)
+        slot.extra_steps += extension.steps
+        return extension.q, extension.raw
     return step
 
 

@@ -1,6 +1,7 @@
 """Priced drafting (docs/method.md#priced-drafts): the cut's arithmetic against a brute-force reference, the keep
-rates it learns from proposals and emitted tokens, and the loop that cuts: a wrong drafter costs nothing, a right one
-keeps drafting, strict's law holds, and a relaxed bonus after a cut reads the proposal's q, not the drafter's."""
+rates it learns from proposals and emitted tokens, and the drafter that cuts (``PricedDrafter``) in the loop: a wrong
+drafter costs nothing, a right one keeps drafting, strict's law holds, and a relaxed bonus after a cut reads the
+proposal's q, not the drafter's."""
 
 from __future__ import annotations
 
@@ -21,17 +22,24 @@ from relaxtui.decoding.draft_cut import (
     cuts_drafts,
     priced_length,
 )
-from relaxtui.decoding.drafters import ModelDrafter
-from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
+from relaxtui.decoding.drafters import DrafterOptions, ModelDrafter, Openers, make_drafter
+from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest, confirmed
 from relaxtui.decoding.events import Finished, TokenEvent, Verdict
 from relaxtui.decoding.loop import generate
+from relaxtui.decoding.priced import PricedDrafter
 from relaxtui.decoding.sampling import SamplingParams, one_hot
 from relaxtui.errors import UserError
 from relaxtui.rules import make
+from relaxtui.session import ModelOptions, fake_pair
 from tests.support.markov import GREEDY, PLAIN, VOCAB, assert_two_step_law, cycle_table, fake
 
 CPU = (1.0, 1.56, 1.9, 1.73, 2.22, 2.63, 3.02, 3.25, 3.48)  # v(1..9) measured on a 2-core Xeon (a dip at k = 4)
 FLAT = (1.0,) * 9  # a GPU-like machine: width is free
+
+
+def priced(drafter: Drafter, prices) -> PricedDrafter:  # noqa: ANN001 - prices: a tuple, or None (not measured)
+    """``drafter`` with its drafts cut at ``prices`` (as the factory wraps a kind the pair's --draft-cut cuts)."""
+    return PricedDrafter(drafter, lambda: prices, VOCAB)
 
 
 # -- the cut's arithmetic ----------------------------------------------------------------------------------------
@@ -103,12 +111,13 @@ def test_prices_that_are_not_v_of_k_are_refused(prices):
     with pytest.raises(ValueError):
         check_prices(prices)
     with pytest.raises(UserError):
-        GenerationConfig(verify_prices=prices)
+        fake_pair(prices=prices)
 
 
 def test_an_unknown_cut_policy_is_one_line():
-    with pytest.raises(UserError, match="draft_cut must be one of auto, priced, none"):
-        GenerationConfig(draft_cut="always")
+    for make_options in (lambda: ModelOptions(draft_cut="always"), lambda: DrafterOptions(draft_cut="always")):
+        with pytest.raises(UserError, match="draft_cut must be one of auto, priced, none"):
+            make_options()
 
 
 def test_a_draft_cut_keeps_its_first_tokens_distributions_and_rows():
@@ -151,36 +160,40 @@ def run(verifier, config, drafter, rule=None, prompt=(0,)):
 
 def test_a_drafter_that_is_always_wrong_soon_drafts_nothing_and_the_output_is_the_verifiers():
     verifier = fake(cycle_table())
-    config = GenerationConfig(draft_max=4, max_tokens=40, sampling=GREEDY, verify_prices=CPU)
-    events, metrics = run(verifier, config, Proposer(right=False))
+    config = GenerationConfig(draft_max=4, max_tokens=40, sampling=GREEDY)
+    events, metrics = run(verifier, config, priced(Proposer(right=False), CPU))
     alone, _ = run(verifier, GenerationConfig(draft_max=0, max_tokens=40, sampling=GREEDY), None)
     assert [e.token_id for e in events] == [e.token_id for e in alone]
     assert metrics.accepted == 0 and sum(1 for n in metrics.draft_lengths if n) <= 4  # a few tries, then nothing
-    uncut, _ = run(verifier, GenerationConfig(draft_max=4, max_tokens=40, sampling=GREEDY, draft_cut="none",
-                                              verify_prices=CPU), Proposer(right=False))
+    uncut, _ = run(verifier, config, Proposer(right=False))
     assert sum(1 for e in uncut if e.verdict is Verdict.RESAMPLED) == 39  # the guard: uncut, every round but the last
     # (no room left to draft) drafts and is rejected
 
 
 def test_a_drafter_that_is_always_right_keeps_drafting_at_the_length_that_pays():
     verifier = fake(cycle_table())
-    config = GenerationConfig(draft_max=8, max_tokens=60, sampling=GREEDY, verify_prices=CPU)
-    _, metrics = run(verifier, config, Proposer(right=True))
+    config = GenerationConfig(draft_max=8, max_tokens=60, sampling=GREEDY)
+    _, metrics = run(verifier, config, priced(Proposer(right=True), CPU))
     assert metrics.accepted == metrics.drafted > 0
     assert metrics.draft_lengths.count(3) > metrics.rounds * 0.7  # k = 4 is this machine's cheap block
-    _, flat = run(verifier, GenerationConfig(draft_max=8, max_tokens=60, sampling=GREEDY, verify_prices=FLAT),
-                  Proposer(right=True))
+    _, flat = run(verifier, config, priced(Proposer(right=True), FLAT))
     assert max(flat.draft_lengths) == 8  # on a machine where width is free it drafts the whole N
 
 
 def test_without_prices_or_with_a_model_drafter_under_auto_nothing_is_cut(markov_pair):
     verifier = fake(cycle_table())
-    _, unpriced = run(verifier, GenerationConfig(draft_max=4, max_tokens=20, sampling=GREEDY), Proposer(right=False))
+    config = GenerationConfig(draft_max=4, max_tokens=20, sampling=GREEDY)
+    _, unpriced = run(verifier, config, priced(Proposer(right=False), None))  # prices not measured (yet)
     assert unpriced.drafted == sum(min(4, 20 - 1 - i) for i in range(20))  # every round drafts what room allows
     target, draft = markov_pair
-    model = ModelDrafter(fake(draft), VOCAB)  # holds a model: auto leaves its drafts whole
-    _, whole = run(fake(target), GenerationConfig(draft_max=3, max_tokens=20, sampling=PLAIN, verify_prices=CPU),
-                   model)
+    openers = Openers(model=lambda _: fake(draft))
+    for policy, kind, wrapped in [("auto", "model", False), ("auto", "ngram", True), ("priced", "model", True),
+                                  ("none", "ngram", False)]:  # the factory wraps a kind the policy cuts, and says so
+        built = make_drafter(DrafterOptions(kind=kind, draft_cut=policy), fake(target), openers, lambda: CPU)
+        assert isinstance(built, PricedDrafter) is wrapped and (built.traits.cut == "priced") is wrapped
+        assert built.traits.kind == kind
+    model = make_drafter(DrafterOptions(kind="model"), fake(target), openers, lambda: CPU)  # auto leaves it whole
+    _, whole = run(fake(target), GenerationConfig(draft_max=3, max_tokens=20, sampling=PLAIN), model)
     assert set(whole.draft_lengths[:-1]) == {3}
 
 
@@ -192,19 +205,18 @@ def test_strict_with_priced_cuts_emits_the_verifier_distribution(markov_pair):
     q is a real distribution (the priced policy cuts a model drafter too)."""
     target, draft = markov_pair
     runs = 3000
-    counts, first, second = priced_first_two_tokens(fake(target), ModelDrafter(fake(draft), VOCAB),
-                                                    (1.0, 1.6, 1.85, 9.0), runs)
+    counts, first, second = priced_first_two_tokens(fake(target), priced(ModelDrafter(fake(draft), VOCAB),
+                                                                         (1.0, 1.6, 1.85, 9.0)), runs)
     assert first[2] == runs and second[0] == sum(second.values()) > 300  # every cut as the prices say
     assert_two_step_law(counts, target, runs)
 
 
-def priced_first_two_tokens(verifier, drafter, prices, runs) -> tuple[Counter, Counter, Counter]:
-    """Over ``runs`` seeds at N = 3 under priced cuts: the (first, second) token pairs emitted, the first round's
-    verified draft lengths, and the second round's where the second token came from it."""
+def priced_first_two_tokens(verifier, drafter, runs) -> tuple[Counter, Counter, Counter]:
+    """Over ``runs`` seeds at N = 3 with a drafter cut by price: the (first, second) token pairs emitted, the first
+    round's verified draft lengths, and the second round's where the second token came from it."""
     counts, first, second = Counter(), Counter(), Counter()
     for seed in range(runs):
-        config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed, draft_cut="priced",
-                                  verify_prices=prices)
+        config = GenerationConfig(draft_max=3, max_tokens=4, sampling=PLAIN, seed=seed)
         events, metrics = run(verifier, config, drafter)
         counts[(events[0].token_id, events[1].token_id)] += 1
         first[metrics.draft_lengths[0]] += 1
@@ -221,17 +233,16 @@ def test_strict_stays_lossless_when_a_sampled_draft_stops_early_on_what_it_drew(
     instead of the verifier's 30.5%. The cut is chosen for the N asked (2 of 3 here) and bounded by the draft."""
     target, draft = markov_pair
     runs = 3000
-    counts, first, _ = priced_first_two_tokens(fake(target), ModelDrafter(fake(draft), VOCAB, p_min=0.6),
-                                               (1.0, 1.8, 1.9, 9.0), runs)
+    counts, first, _ = priced_first_two_tokens(fake(target), priced(ModelDrafter(fake(draft), VOCAB, p_min=0.6),
+                                                                    (1.0, 1.8, 1.9, 9.0)), runs)
     assert set(first) == {1, 2} and min(first.values()) > 300  # one-token drafts verified, longer ones cut to 2
     assert_two_step_law(counts, target, runs)
 
 
 def test_a_model_drafters_steps_past_the_cut_are_priced_as_extra_draft_steps():
     """It decoded its whole proposal: a round that verifies 2 of 3 paid three drafter steps."""
-    drafter = ModelDrafter(fake(cycle_table()), VOCAB)
-    config = GenerationConfig(draft_max=3, max_tokens=30, sampling=GREEDY, draft_cut="priced",
-                              verify_prices=(1.0, 1.5, 1.8, 9.0))
+    drafter = priced(ModelDrafter(fake(cycle_table()), VOCAB), (1.0, 1.5, 1.8, 9.0))
+    config = GenerationConfig(draft_max=3, max_tokens=30, sampling=GREEDY)
     _, metrics = run(fake(cycle_table()), config, drafter)
     cut = sum(1 for n in metrics.draft_lengths if n == 2)
     assert cut == metrics.rounds == 10  # three tokens a round
@@ -239,28 +250,38 @@ def test_a_model_drafters_steps_past_the_cut_are_priced_as_extra_draft_steps():
 
 
 class Recording(Proposer):
-    """A right proposer that records what each round tells it (``accept``)."""
+    """A right proposer that records what each round tells it (``accept``): the drafts kept, and how many of its
+    last proposal the emitted tokens confirmed (``drafting.confirmed``, what ngram-map and ngram-mod learn from)."""
 
     def __init__(self) -> None:
         super().__init__(right=True)
-        self.told: list[int] = []
+        self.told: list[tuple[int, int]] = []
+        self.proposed: list[int] = []
 
-    def accept(self, seq: int, n_accepted: int) -> None:
-        self.told.append(n_accepted)
+    def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
+        drafts = super().draft(requests)
+        self.proposed = drafts[0].tokens
+        return drafts
+
+    def accept(self, seq: int, n_accepted: int, emitted) -> None:  # noqa: ANN001 - the test double's override
+        self.told.append((n_accepted, confirmed(self.proposed, emitted)))
+        self.proposed = []
 
 
-def test_a_lookup_is_told_the_proposed_tokens_the_round_confirmed_not_only_those_it_verified():
-    """ngram-map sizes its next draft, and ngram-mod judges its table, by what accept() tells them: a proposal the
-    price left unverified but the round's token confirmed was right, and must not read as rejected."""
+def test_a_lookup_is_told_what_was_kept_and_what_the_round_emitted_so_it_learns_from_its_whole_proposal():
+    """ngram-map sizes its next draft, and ngram-mod judges its table, by how much of its proposal the round
+    confirmed: a proposal the price left unverified but the round's token confirmed was right, and must not read as
+    rejected; the count it is told stays the drafts the verify kept."""
     drafter = Recording()
-    config = GenerationConfig(draft_max=3, max_tokens=10, sampling=GREEDY, verify_prices=(1.0, 50.0, 60.0, 70.0))
-    _, metrics = run(fake(cycle_table()), config, drafter)
+    config = GenerationConfig(draft_max=3, max_tokens=10, sampling=GREEDY)
+    _, metrics = run(fake(cycle_table()), config, priced(drafter, (1.0, 50.0, 60.0, 70.0)))
     assert metrics.drafted == 0  # width costs too much here: every round is a plain verifier step
-    assert drafter.told[:-1] == [1] * (len(drafter.told) - 1) and len(drafter.told) == 10  # each confirmed its first
+    assert len(drafter.told) == 10 and all(kept == 0 for kept, _ in drafter.told)  # nothing verified, nothing kept
+    assert [right for _, right in drafter.told[:-1]] == [1] * 9  # each round's token confirmed its first
     wrong = Recording()
     wrong.right = False
-    run(fake(cycle_table()), config, wrong)
-    assert set(wrong.told) == {0}
+    run(fake(cycle_table()), config, priced(wrong, (1.0, 50.0, 60.0, 70.0)))
+    assert {right for _, right in wrong.told} == {0}
 
 
 class NoExtend(ModelDrafter):
@@ -290,17 +311,17 @@ def test_a_relaxed_bonus_after_a_cut_reads_q_from_the_proposal_not_the_drafter(m
     """These prices never verify a third draft token (it would cost 1.05 steps for at most one token), so every
     draft of 3 is cut and every bonus follows a cut: q at N+1 must come from the proposal, never from extend()."""
     target, draft = markov_pair
-    drafter = NoExtend(fake(draft), VOCAB)
+    drafter = priced(NoExtend(fake(draft), VOCAB), (1.0, 1.3, 1.45, 2.5))
     NoExtend.extended = 0
     bonuses = 0
     for seed in range(100):
         config = GenerationConfig(draft_max=3, max_tokens=200, sampling=SamplingParams(1.0, 0, 1.0), seed=seed,
-                                  bonus="relaxed", draft_cut="priced", verify_prices=(1.0, 1.3, 1.45, 2.5))
+                                  bonus="relaxed")
         tokens = first_tokens(fake(target), config, drafter, make("mentored", 0.5), 20)
         bonuses += sum(1 for e in tokens if e.verdict is Verdict.BONUS)
     assert bonuses > 20 and NoExtend.extended == 0
-    for seed in range(50):  # the guard: a full draft does ask the drafter
+    for seed in range(50):  # the guard: a full draft (the drafter not cut) does ask the drafter
         config = GenerationConfig(draft_max=3, max_tokens=200, sampling=SamplingParams(1.0, 0, 1.0), seed=seed,
-                                  bonus="relaxed", draft_cut="none")
-        first_tokens(fake(target), config, drafter, make("mentored", 0.5), 20)
+                                  bonus="relaxed")
+        first_tokens(fake(target), config, drafter.inner, make("mentored", 0.5), 20)
     assert NoExtend.extended > 0

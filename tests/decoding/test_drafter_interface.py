@@ -18,7 +18,7 @@ from relaxtui.decoding import round as steps
 from relaxtui.decoding.batched import Job, generate_many
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import DRAFT_KINDS, KINDS, DrafterOptions, Openers, make_drafter
-from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest
+from relaxtui.decoding.drafting import BaseDrafter, Draft, Drafter, DrafterTraits, DraftRequest, Extension
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, process, sample
@@ -54,6 +54,17 @@ def drafter_modules() -> dict[str, ast.Module]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         if name in FACTORY_MODULES or any(_is_drafter_class(c) for c in _classes(tree)):
             found[name] = tree
+    return found
+
+
+def drafter_classes_everywhere() -> dict[str, list[str]]:
+    """Every module of the package (any folder) that defines a class implementing the drafter interface: its
+    classes."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if classes := [c.name for c in _classes(tree) if _is_drafter_class(c)]:
+            found[str(path.relative_to(PACKAGE))] = classes
     return found
 
 
@@ -159,17 +170,16 @@ def test_drafters_are_built_by_the_factory_alone():
     assert _violations("build", "rest") == {}
 
 
-# The one drafter built outside the factory, on purpose and in one place: prompt scoring (echo + logprobs) rides the
-# batched loop as a stand-in job whose "drafter" decodes the prompt in its begin() and stops (serve/scoring.py), so
-# scoring shares the queue, limits and drain with generation without a scoring step in the loop. It drafts nothing.
-# Debt, not design: a first-class scoring job in decoding/batched.py would remove it (noted in the issue tracker).
-SCORING_STAND_IN = "serve/scoring.py"
+def test_no_package_outside_decoding_defines_a_drafter():
+    """Every class that implements the drafter interface, in any folder, is a drafter module of decoding/ (a
+    server's prompt scoring is a job of the batched loop, ``decoding.batched.ReadJob``, not a stand-in drafter)."""
+    found = drafter_classes_everywhere()
+    assert {"decoding/model_drafter.py", "decoding/priced.py"} <= set(found)  # the scan sees them
+    assert {module: classes for module, classes in found.items() if module not in drafter_modules()} == {}
 
 
 def test_the_server_builds_its_drafters_through_the_factory():
-    found = _violations("build", "serve")
-    assert set(found) <= {SCORING_STAND_IN}  # any other module of the server: a drafter built outside the factory
-    assert all("BaseDrafter" in hit for hit in found.get(SCORING_STAND_IN, []))  # and the stand-in builds no kind
+    assert _violations("build", "serve") == {}
 
 
 def test_the_tui_does_not_inspect_or_build_a_drafter_either():
@@ -261,26 +271,34 @@ def test_factory_checks_the_vocabulary_and_closes_the_model_on_a_mismatch():
 
 
 def test_every_option_reaches_the_model_and_the_drafter(monkeypatch, tmp_path):
-    """ModelOptions → load_drafter → make_drafter → LlamaModel: GPU layers (-1 = all), threads, ctx, K, p-min."""
+    """ModelOptions → load_pair → make_drafter → LlamaModel: GPU layers (-1 = all), threads, ctx, K, p-min."""
     import relaxtui.session as session
+    from relaxtui.pair import StandInPrices
 
-    loaded = {}
+    loaded = []
+
+    class Closable(FakeBackend):
+        def close(self) -> None:
+            pass
 
     def fake_llama(path, **kwargs):
-        loaded.update(kwargs, path=path)
-        return FakeBackend(markov_logits(DRAFT), VOCAB, n_seq=kwargs["n_seq"], n_ctx=kwargs["n_ctx"])
+        loaded.append({**kwargs, "path": path})
+        return Closable(markov_logits(DRAFT), VOCAB, n_seq=kwargs["n_seq"], n_ctx=kwargs["n_ctx"])
 
     monkeypatch.setattr(session, "LlamaModel", fake_llama)
     monkeypatch.setattr(session, "resolve_model", lambda name: tmp_path / name)
+    monkeypatch.setattr(session, "check_parallel", lambda *args, **kwargs: None)  # (reads GGUF headers)
+    monkeypatch.setattr(session, "VerifyPrices", lambda *args, **kwargs: StandInPrices())  # (hashes the file)
     options = session.ModelOptions(verifier="v.gguf", drafter="d.gguf", ctx_size=64, threads=3, gpu_layers=-1,
                                    draft_p_min=0.25, parallel=2)
-    drafter = session.load_drafter(options, fake_verifier(2))
-    assert loaded == {"path": tmp_path / "d.gguf", "n_ctx": 64, "n_threads": 3, "n_gpu_layers": 10_000, "n_seq": 2,
-                      "rollback_depth": 0}  # a drafter's snapshots are never rolled back to: none allocated
+    drafter = session.load_pair(options).drafter
+    assert loaded[1] == {"path": tmp_path / "d.gguf", "n_ctx": 64, "n_threads": 3, "n_gpu_layers": 10_000, "n_seq": 2,
+                         "rollback_depth": 0}  # a drafter's snapshots are never rolled back to: none allocated
     assert drafter.traits.kind == "model" and drafter.traits.n_seq == 2 and drafter.p_min == 0.25
-    ngram = session.load_drafter(session.ModelOptions(draft_kind="ngram", ngram_min=2, ngram_max=4), fake_verifier())
+    ngram = session.load_pair(session.ModelOptions(draft_kind="ngram", ngram_min=2, ngram_max=4,
+                                                   draft_cut="none")).drafter  # (uncut: its own attributes to read)
     assert ngram.traits.kind == "ngram" and (ngram.n_min, ngram.n_max) == (2, 4)
-    assert session.load_drafter(session.ModelOptions(drafter=None), fake_verifier()) is None
+    assert session.load_pair(session.ModelOptions(drafter=None)).drafter is None
 
 
 @pytest.mark.parametrize("kind", FAKE_KINDS)
@@ -320,13 +338,13 @@ class TableDrafter(BaseDrafter):
                                 if has else None))
         return drafts
 
-    def extend(self, seq: int, sampling: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-        if not self.traits.can_extend:
+    def extend(self, seq: int, sampling: SamplingParams) -> Extension:
+        if self.traits.bonus_steps is None:
             raise AssertionError("asked for q at N+1 although it declared it cannot give it")
         self.extended.append(seq)
-        return process(DRAFT[self.last[seq]], sampling), DRAFT[self.last[seq]]
+        return Extension(process(DRAFT[self.last[seq]], sampling), DRAFT[self.last[seq]], self.traits.bonus_steps)
 
-    def accept(self, seq: int, n_accepted: int) -> None:
+    def accept(self, seq: int, n_accepted: int, emitted: Sequence[object]) -> None:
         rows = self.verifier.hidden_of(seq).shape[0] if self.traits.needs_hidden_states else -1
         self.accepted.append((seq, n_accepted, rows))
 

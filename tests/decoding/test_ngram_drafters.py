@@ -5,6 +5,7 @@ sequence; the shared corpora learning from finished outputs; and strict greedy o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -29,6 +30,16 @@ VERIFIER = FakeBackend(markov_logits(random_table(1)), VOCAB)
 
 def build(kind: str, **options) -> Drafter:
     return make_drafter(DrafterOptions(kind=kind, **options), VERIFIER, Openers(model=lambda _: VERIFIER))
+
+
+class Out(NamedTuple):
+    """A token a round emitted, as a drafter reads it (``Drafter.accept``)."""
+
+    token_id: int
+
+
+def out(*tokens: int) -> list[Out]:
+    return [Out(token) for token in tokens]
 
 
 def ask(drafter: Drafter, context: Sequence[int], n: int = 8, seq: int = 0) -> list[int]:
@@ -116,11 +127,11 @@ def test_map_drafts_from_the_occurrence_it_holds_and_remembers_what_was_kept():
     drafter = build("ngram-map", ngram_size_n=2, ngram_size_m=2)
     context = [9, 1, 2, 3, 4, 8, 1, 2, 5, 6, 7, 1, 2]  # key (1, 2) at 1 and 6; starts up to 13-2-2-2 = 7 eligible
     assert ask(drafter, context) == [5, 6]  # the first batch goes in newest first: 6 is held
-    drafter.accept(0, 1)
+    drafter.accept(0, 1, out(5, 0))  # the round emitted 5 then another token: one of the two confirmed
     context += [9, 0, 1, 2]  # (1, 2) at 11 is eligible now, but the map still holds 6
     assert ask(drafter, context) == [5]  # and the key drafts no more than the 1 token kept last time
-    drafter.accept(0, 0)
-    drafter.accept(0, 3)  # a round that drafted nothing changes nothing
+    drafter.accept(0, 0, out(0))
+    drafter.accept(0, 3, out(5, 6, 7, 8))  # a round that drafted nothing changes nothing
     assert ask(drafter, context + [3, 1, 2]) == []  # a key that got nothing drafts nothing again
     simple = build("ngram-simple", ngram_size_n=2, ngram_size_m=2)
     assert ask(simple, context) == [9, 0]  # where ngram-simple takes the newest (11)
@@ -191,13 +202,13 @@ def test_mod_clears_its_table_after_five_rounds_of_low_acceptance():
     drafter.finished(0, [1, 2, 3, 4, 5])
     for _ in range(5):
         assert ask(drafter, [0, 0, 1, 2], seq=1) == [3, 4, 5]
-        drafter.accept(1, 0)
+        drafter.accept(1, 0, out(9))
     assert drafter.table.used == 0 and ask(drafter, [0, 0, 1, 2], seq=1) == []
     drafter.finished(0, [1, 2, 3, 4, 5])
     for _ in range(4):
         assert ask(drafter, [0, 0, 1, 2], seq=1) == [3, 4, 5]
-        drafter.accept(1, 0)
-        drafter.accept(1, 0)  # a round that drafted nothing (N = 0) does not count
+        drafter.accept(1, 0, out(9))
+        drafter.accept(1, 0, out(9))  # a round that drafted nothing (N = 0) does not count
     assert drafter.table.used > 0
 
 
