@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,6 +63,12 @@ def outputs(path: Path) -> dict[str, list[dict]]:
     return made
 
 
+class Emitted(NamedTuple):
+    """A token the replayed round emitted, as a drafter reads it."""
+
+    token_id: int
+
+
 def replay(rows: list[dict], kind: str, n_max: int, prices: list[float], *, cut: bool) -> float:
     """Priced speed-up of ``kind`` over ``rows``: output tokens over the verifier steps its rounds cost."""
     tokens = steps = 0.0
@@ -76,7 +83,9 @@ def replay(rows: list[dict], kind: str, n_max: int, prices: list[float], *, cut:
             k = odds.cut(len(proposal), prices) if cut else len(proposal)
             kept = next((i for i in range(k) if proposal[i] != out[at + i]), k)
             emitted = out[at:at + kept + 1]
-            drafter.accept(0, odds.observe(proposal, emitted) if cut else kept)
+            if cut:
+                odds.observe(proposal, emitted)
+            drafter.accept(0, kept, [Emitted(token) for token in emitted])
             context.extend(emitted)
             at += len(emitted)
             tokens += len(emitted)
@@ -101,11 +110,13 @@ def main() -> int:
     if args.prices:
         prices = [float(p) for p in args.prices.split(",")]
     else:
-        from relaxtui.costmodel.verify_prices import verify_prices
+        from relaxtui.costmodel.verify_prices import VerifyPrices, extend
         from relaxtui.session import ModelOptions, load_pair
 
         pair = load_pair(ModelOptions(drafter=None))
-        prices = list(verify_prices(pair, args.n + 1, threads=None, gpu_layers=0, log=print))
+        assert pair.verifier_path is not None
+        held = VerifyPrices(pair.verifier, pair.verifier_path, threads=None, gpu_layers=0)
+        prices = list(extend(held.wait(log=print), args.n + 1))
         pair.close()
     prices = prices[:args.n + 1]
     print("prices", " ".join(f"{p:.2f}" for p in prices))

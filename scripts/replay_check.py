@@ -26,7 +26,6 @@ from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.costmodel.replay import MIN_GAIN, RecordedRun, Replay, replay, screen
 from relaxtui.costmodel.replay_rows import read_rows
-from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.display import PRICED, REPLAYED
 from relaxtui.evals.run.identity import RunIdentity
@@ -82,9 +81,10 @@ def run(args: argparse.Namespace) -> tuple[list[Line], CostProfile, float]:
     task = get(args.task)
     samples = task.load()[: args.limit]
     options = ModelOptions(verifier=args.verifier, drafter=args.drafter, draft_kind=args.draft_kind,
-                           threads=args.threads, ctx_size=args.ctx_size, draft_max=args.draft_max)
+                           threads=args.threads, ctx_size=args.ctx_size, draft_max=args.draft_max,
+                           draft_cut=args.draft_cut)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
-    common = dict(draft_max=(args.draft_max,), max_tokens=args.max_tokens, sampling=sampling, draft_cut=args.draft_cut)
+    common = dict(draft_max=(args.draft_max,), max_tokens=args.max_tokens, sampling=sampling)
     strict_plan = EvalPlan(rules=("strict",), no_spec=True, record_rows=True, **common)
     relaxed_plan = EvalPlan(rules=tuple(args.settings), no_spec=False, **common)
     identity = RunIdentity.of(task, options, strict_plan, thinking=None, data=None)
@@ -93,11 +93,11 @@ def run(args: argparse.Namespace) -> tuple[list[Line], CostProfile, float]:
     pair = load_pair(options)
     try:
         tokenize = sample_tokenizer(pair.verifier)
-        price = pricer(pair, options, log=lambda line: print(line, file=sys.stderr, flush=True))
+        pair.price_drafts(log=lambda line: print(line, file=sys.stderr, flush=True))
         store.open_run(identity)
         save_measured_profile(store, pair, strict_plan, tokenize(samples[0]))
         for plan in (strict_plan, relaxed_plan):
-            run_eval(task, samples, plan, identity, store, pair.verifier, pair.drafter, tokenize, price=price)
+            run_eval(task, samples, plan, identity, store, pair.verifier, pair.drafter, tokenize)
     finally:
         pair.close()
     profile = profiles_for_report([args.profile], store.directory)[0]

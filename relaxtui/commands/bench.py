@@ -12,25 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from relaxtui.commands.bench_prompts import BENCH_PROMPTS, WORKLOADS, BenchPrompts, bench_prompts
 from relaxtui.commands.common import INT32_MAX, int_option, model_options, sampling, utf8_path, utf8_text
 from relaxtui.console import ProgressDisplay
-from relaxtui.costmodel.bench import (
-    BENCH_PROMPTS,
-    ROWS,
-    WORKLOADS,
-    BenchPrompts,
-    BenchResult,
-    BenchRun,
-    bench_prompts,
-    run_bench,
-)
+from relaxtui.costmodel.bench import ROWS, BenchResult, BenchRun, run_bench
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.costmodel.measure import hardware_description, printable
 from relaxtui.costmodel.profiles import load_profile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE
-from relaxtui.costmodel.verify_prices import verify_prices
-from relaxtui.decoding.config import DRAFT_CUTS, GenerationConfig
-from relaxtui.decoding.draft_cut import cuts_drafts
+from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.draft_cut import DRAFT_CUTS
 from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
@@ -117,14 +108,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         assert pair.drafter is not None  # --drafter none was refused above
         prompts = tokens_of(pair.verifier, source)
-        prices: tuple[float, ...] = ()
-        if cuts_drafts(args.draft_cut, pair.drafter.traits.holds_model):  # the prices every face cuts drafts by
-            prices = verify_prices(pair, args.draft_max + 1, threads=options.threads, gpu_layers=options.gpu_layers,
-                                   log=lambda line: print(line, file=sys.stderr, flush=True))
+        # a drafter the pair cuts by price (--draft-cut) reads the prices every face cuts drafts by: known before N=1
+        pair.price_drafts(log=lambda line: print(line, file=sys.stderr, flush=True))
         with ProgressDisplay("bench", enabled=not args.json) as progress:  # a terminal's stderr only
             result = run_bench(pair.verifier, pair.drafter, prompts, n_max=args.draft_max, max_tokens=args.max_tokens,
                                sampling=params, seed=args.seed, repeats=args.repeats, passes=args.passes,
-                               profiles=profiles, rows=args.rows, verify_prices=prices, progress=progress.step)
+                               profiles=profiles, rows=args.rows, progress=progress.step)
     finally:
         pair.close()
     result = replace(result, settings={**result.settings, "prompts_from": source.source})
@@ -133,13 +122,13 @@ def run(args: argparse.Namespace) -> int:
         # why the type: ignore below: result.costs is asdict(LoopCosts), so its keys are LoopCosts' fields
         costs = LoopCosts(**result.costs)  # type: ignore[arg-type]
         profile = costs.profile(printable(platform.node()) or "this-machine",
-                                verifier=printable(pair.verifier_path.name), drafter=printable(drafter_name),
+                                verifier=printable(pair.name), drafter=printable(drafter_name),
                                 hardware=hardware_description())
         try:
             args.save_profile.write_text(profile.to_json(), encoding="utf-8")
         except OSError as exc:
             raise UserError(f"--save-profile: cannot write {args.save_profile} ({exc.strerror or exc})") from None
-    print(json.dumps(result.as_dict()) if args.json else render(result, pair.verifier_path.name, drafter_name))
+    print(json.dumps(result.as_dict()) if args.json else render(result, pair.name, drafter_name))
     if args.save_profile is not None and not args.json:
         print(f"wrote this machine's cost profile to {args.save_profile}")
         if not result.costs.get("stable", True):  # the file records it too (timing_stable, timing_spread)
@@ -205,7 +194,7 @@ def run_parallel(args: argparse.Namespace) -> int:
         raise UserError("--profile and --save-profile go with the draft-length bench, not --parallel")
     if args.draft_cut == "priced":  # auto is the default: it leaves --parallel's drafts whole, as it says
         raise UserError("--draft-cut priced goes with the draft-length bench; --parallel verifies drafts whole")
-    options = replace(model_options(args), parallel=max(ks))
+    options = replace(model_options(args), parallel=max(ks), draft_cut="none")  # drafts verified whole
     params = sampling(args)
     pair = load_pair(options)
     display = ProgressDisplay("bench --parallel", enabled=not args.json)  # a terminal's stderr only
@@ -226,7 +215,7 @@ def run_parallel(args: argparse.Namespace) -> int:
         pair.close()
     settings = {"prompts": len(prompts), "passes": args.passes, "max_tokens": args.max_tokens,
                 "temperature": params.temperature, "seed": args.seed, "ctx_size": options.ctx_size,
-                "verifier": pair.verifier_path.name,
+                "verifier": pair.name,
                 "drafter": pair.drafter_path.name if pair.drafter_path else options.draft_kind,
                 "prompts_from": source.source}
     if args.json:

@@ -13,13 +13,11 @@ renders.
 
 from __future__ import annotations
 
-import json
 import resource
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from relaxtui.costmodel.calibrate import LoopCosts, calibrate, typical_context
 from relaxtui.costmodel.measure import verify_curve
@@ -32,88 +30,7 @@ from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.llama import LlamaModel
-from relaxtui.errors import UserError
-from relaxtui.files import read_regular_text
 from relaxtui.progress import OnStep, StepCounter, no_steps
-from relaxtui.text import Message
-
-# The embedded pair are code models, so the built-in prompts are code tasks first; bring your own with
-# `--prompt` (acceptance, and so speed-up, depends on the task: measure on yours).
-BENCH_PROMPTS = (
-    "Write a Python function that returns the n-th Fibonacci number, with a docstring and type hints.",
-    "Write a Python class for a bank account with deposit, withdraw and balance methods.",
-    "Write a Python function that checks whether a string is a palindrome, ignoring case and punctuation.",
-    "Explain in a short paragraph why the sky is blue.",
-)
-# `bench --workload NAME`: the shipped task file whose prompts it runs (a workload where output repeats input)
-WORKLOADS = {"edit": Path("evals/examples/edit_code.toml")}
-MAX_PROMPT_FILE_BYTES = 4 << 20  # a --prompt-file holds prompts, not corpora
-
-
-@dataclass(frozen=True)
-class BenchPrompts:
-    """The conversations bench runs (each rendered by the verifier's chat template), and where they came from."""
-
-    source: str  # "built-in", "--prompt", "workload edit", "--prompt-file FILE"
-    conversations: tuple[tuple[Message, ...], ...]
-
-
-def bench_prompts(*, texts: Sequence[str] = (), workload: str | None = None, prompt_file: Path | None = None,
-                  count: int = 2) -> BenchPrompts:
-    """From one source: every ``--prompt`` text, else the first ``count`` of a ``--workload``'s task file, of a
-    ``--prompt-file`` or of the built-in prompts. Two sources, or more prompts than the source holds: one line."""
-    given = [flag for flag, value in (("--prompt", texts), ("--workload", workload), ("--prompt-file", prompt_file))
-             if value]
-    if len(given) > 1:
-        raise UserError(f"{' and '.join(given)} are two sources of prompts: give one")
-    if texts:
-        return BenchPrompts("--prompt", tuple((Message("user", text),) for text in texts))
-    if workload is not None:
-        source, every = f"workload {workload}", workload_prompts(workload)
-    elif prompt_file is not None:
-        source, every = f"--prompt-file {prompt_file}", file_prompts(prompt_file)
-    else:
-        source, every = "built-in", [(Message("user", text),) for text in BENCH_PROMPTS]
-    if not 1 <= count <= len(every):
-        held = "" if source == "built-in" else f"; {source} holds {len(every)}"
-        raise UserError(f"--prompts must be in 1..{len(every)} (got {count}){held}")
-    return BenchPrompts(source, tuple(every[:count]))
-
-
-def workload_prompts(name: str) -> list[tuple[Message, ...]]:
-    """A shipped workload's prompts: its task file's rows rendered as eval renders them (system message included)."""
-    from relaxtui.evals.taskfiles.taskfile import load_task
-    from relaxtui.evals.tasks.base import REPO_ROOT
-
-    if name not in WORKLOADS:
-        raise UserError(f"unknown workload {name!r} (known: {', '.join(WORKLOADS)})")
-    return [sample.messages for sample in load_task(REPO_ROOT / WORKLOADS[name]).load()]
-
-
-def file_prompts(path: Path) -> list[tuple[Message, ...]]:
-    """A ``--prompt-file``: a regular file of at most MAX_PROMPT_FILE_BYTES, UTF-8; ``.jsonl``: one object a line,
-    ``{"prompt": TEXT}`` (and an optional ``"system"``), else one prompt a line. Blank lines are skipped; a bad line
-    is one line naming it."""
-    text = read_regular_text(path, MAX_PROMPT_FILE_BYTES, "--prompt-file")
-    lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not lines:
-        raise UserError(f"--prompt-file {path} holds no prompt")
-    if path.suffix.lower() != ".jsonl":
-        return [(Message("user", line),) for _, line in lines]
-    return [_jsonl_prompt(line, f"--prompt-file {path}:{number}") for number, line in lines]
-
-
-def _jsonl_prompt(line: str, where: str) -> tuple[Message, ...]:
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError) as exc:
-        raise UserError(f"{where}: not JSON ({str(exc)[:80]})") from None
-    if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-        raise UserError(f'{where}: must be an object with a "prompt" string (and optionally "system")')
-    system = row.get("system")
-    if system is not None and not isinstance(system, str):
-        raise UserError(f'{where}: "system" must be a string')
-    return (*((Message("system", system),) if system else ()), Message("user", row["prompt"]))
 
 
 @dataclass(frozen=True)
@@ -278,11 +195,11 @@ def _pooled(metrics: list[Metrics]) -> tuple[float, float, float, float, int]:
 def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence[int]], *, n_max: int = 5,
               max_tokens: int = 96, sampling: SamplingParams | None = None, seed: int = 0, repeats: int = 8,
               passes: int = 2, profiles: Sequence[CostProfile] = (), rows: str = "candidates",
-              verify_prices: tuple[float, ...] = (), progress: OnStep = no_steps) -> BenchResult:
+              progress: OnStep = no_steps) -> BenchResult:
     """``rows``: "candidates" (the engine hands the top k where the sampling and rule allow: the loop's default),
     "whole" (every row whole, the reference), or "both" (each N run on each, interleaved: the side-by-side).
-    ``verify_prices``: priced drafting (docs/method.md#priced-drafts) at these prices, each N then the longest draft
-    a round may verify; empty: every draft verified whole.
+    A ``drafter`` whose drafts are cut by price (its traits say so: docs/method.md#priced-drafts) cuts them at every
+    N, each N then the longest draft a round may verify.
     ``progress`` gets each step as it starts (the curve, the warm-up, every calibration and run, every re-run)."""
     sampling = sampling or SamplingParams(temperature=0.0)
     whole_rows = rows == "whole"
@@ -290,7 +207,7 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
     steps = StepCounter(2 + passes * len(prompts) * per_prompt, progress)
     steps.start("timing the raw verify-cost curve v(k)")
     curve = verify_curve(verifier, n_max + 1, repeats=max(3, repeats // 2))
-    policy, prices = ("priced", verify_prices) if verify_prices else ("none", ())
+    policy = drafter.traits.cut or "none"
     steps.start("warm-up")
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=0, max_tokens=8, sampling=sampling), None)
     _run_one(verifier, prompts[0], GenerationConfig(draft_max=min(2, n_max), max_tokens=8, sampling=sampling),
@@ -308,7 +225,7 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
                                           seed=seed + pass_index, whole_rows=whole_rows))
             for n in lengths:
                 config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
-                                          dense_rows=whole_rows, draft_cut=policy, verify_prices=prices)
+                                          dense_rows=whole_rows)
                 steps.start(f"{where}: {f'N={n}' if n else 'verifier alone'}")
                 collected[n].append(_run_one(verifier, prompt, config, drafter if n else None))
                 if rows == "both":
@@ -322,7 +239,7 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
         steps.start(f"re-running {f'N={n}' if n else 'the verifier alone'}, prompt {index % len(prompts) + 1} "
                     "(its time was off the others')")
         config = GenerationConfig(draft_max=n, max_tokens=max_tokens, sampling=sampling, seed=seed,
-                                  dense_rows=whole_rows, draft_cut=policy, verify_prices=prices)
+                                  dense_rows=whole_rows)
         return _run_one(verifier, prompts[index % len(prompts)], config, drafter if n else None)
 
     check = check_runs(collected, lambda runs: predicted_seconds(costs, runs), rerun, steps.say)

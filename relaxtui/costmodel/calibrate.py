@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile
-from relaxtui.costmodel.timing import Timing, c_rel_problem, measure_many, rewinder, size_ratio
+from relaxtui.costmodel.timing import Slices, Timing, c_rel_problem, rewinder, run_slices, size_ratio, timing_slices
 from relaxtui.decoding.acceptance import Acceptance, Emitted, accept_draft, row_spec
 from relaxtui.decoding.drafting import Draft, Drafter, DraftRequest
 from relaxtui.decoding.events import RoundTiming, Verdict
@@ -135,26 +135,41 @@ def calibrate(verifier: Model, drafter: Drafter | None, *, max_block: int, sampl
     """Time every part of a round for blocks of 1..max_block tokens (drafts of 0..max_block-1); drafting is timed
     for a drafter that declares it runs a model (sequence 0), else priced at nothing. Leaves both caches empty, as
     a fresh generation expects (its prefill decodes the prompt again)."""
+    return run_slices(calibration_slices(verifier, drafter, max_block=max_block, sampling=sampling, rule=rule,
+                                         context=context, repeats=repeats, seed=seed, whole_rows=whole_rows))
+
+
+def calibration_slices(verifier: Model, drafter: Drafter | None, *, max_block: int, sampling: SamplingParams,
+                       rule: Rule | None = None, context: Sequence[int] = DEFAULT_CONTEXT, repeats: int = 5,
+                       seed: int = 0, whole_rows: bool = False) -> Slices[LoopCosts]:
+    """``calibrate`` a timed step a slice (``timing.Slices``, for a face that runs it in the background): sequence 0
+    of both models is set up again after a face used them, and emptied at the end."""
     rule = rule or Strict()
     rng = np.random.default_rng(seed)
-    # the rows a generation with this rule and sampling runs on (row_spec), timed so
-    verifier.set_candidates(0, row_spec(rule, sampling, verifier.n_vocab, dense=whole_rows))
     timed_drafter = drafter if drafter is not None and drafter.traits.holds_model else None
     held = timed_drafter.traits.n_ctx if timed_drafter is not None else None
     room = min(verifier.n_ctx, held if held is not None else verifier.n_ctx) - max_block - 4
     context = list(context)[-max(room, 2):]  # a small --ctx-size still calibrates (on a shorter context)
-    verifier.clear(0)
-    verifier.decode(0, context)
     extended = [*context, context[0], context[1]]
+    rewind: list[Callable[[], None]] = []
+
+    def setup() -> None:
+        """Both models' sequence 0 as the timed steps expect it: the context, on the rows a generation with this rule
+        and sampling runs on (row_spec)."""
+        verifier.set_candidates(0, row_spec(rule, sampling, verifier.n_vocab, dense=whole_rows))
+        verifier.clear(0)
+        verifier.decode(0, context)
+        rewind[:] = [rewinder(verifier)]
+        if timed_drafter is not None:
+            timed_drafter.release(0)
+            draft(1)()  # prefill the drafter's cache
 
     def verify(k: int) -> Callable[[], None]:
         return lambda: _verify_block(verifier, k, sampling, rule, rng)
 
-    back = rewinder(verifier)
-
     def single_verifier() -> None:
         verifier.decode(0, [context[-1]], [0])
-        back()
+        rewind[0]()
 
     def draft(n: int, tokens: Sequence[int] = context) -> Callable[[], object]:
         # the cache holds the context (and the last draft): a round's re-sync decodes one token, as after a
@@ -177,18 +192,17 @@ def calibrate(verifier: Model, drafter: Drafter | None, *, max_block: int, sampl
         def single_drafter() -> None:
             timed_drafter.step(0, context)
 
-        timed_drafter.release(0)
-        draft(1)()  # prefill the drafter's cache
         named += [("one", draft(1)), ("resync", resync_two), ("single_drafter", single_drafter)]
     for n in range(1, max_block):
         if timed_drafter is not None:
             named.append((f"draft{n}", draft(n)))
         named.append((f"verify{n + 1}", verify(n + 1)))
+    setup()
     # warm-up (the first decode of each size allocates buffers), outliers dropped, re-measured while implausible
     names = [name for name, _ in named]
-    timings = measure_many([a for _, a in named], repeats=repeats, warmup=1,
-                           check=lambda found: _calibration_problem(dict(zip(names, found, strict=True)), verifier,
-                                                                    timed_drafter))
+    timings = yield from timing_slices(
+        [a for _, a in named], repeats=repeats, warmup=1, resume=setup,
+        check=lambda found: _calibration_problem(dict(zip(names, found, strict=True)), verifier, timed_drafter))
     medians = {name: t.median for name, t in zip(names, timings, strict=True)}
     emit = _emit_seconds(verifier, context)
     verifier.clear(0)
@@ -205,6 +219,27 @@ def calibrate(verifier: Model, drafter: Drafter | None, *, max_block: int, sampl
     unstable = next((f"{name}: {t.reason}" for name, t in zip(names, timings, strict=True) if not t.stable), None)
     return LoopCosts(verify_s, draft_s, resync, emit, single, drafter_single, spread=max(t.spread for t in timings),
                      stable=unstable is None, unstable_reason=unstable)
+
+
+def profile_slices(verifier: Model, drafter: Drafter | None, *, verifier_name: str, drafter_name: str,
+                   max_block: int, sampling: SamplingParams, prompt: Sequence[int], max_tokens: int,
+                   seed: int = 0) -> Slices[CostProfile]:
+    """This machine's cost profile for the pair (the default pricing of eval's reports and serve's responses): a
+    calibration on a context as long as a typical generation of ``prompt``, a slice at a time."""
+    from relaxtui.costmodel.measure import hardware_description
+
+    costs = yield from calibration_slices(verifier, drafter, max_block=max_block, sampling=sampling,
+                                          context=typical_context(prompt, min(max_tokens, 512)), repeats=5, seed=seed)
+    return costs.profile(THIS_MACHINE, verifier=verifier_name, drafter=drafter_name, hardware=hardware_description())
+
+
+def measure_profile(verifier: Model, drafter: Drafter | None, *, verifier_name: str, drafter_name: str,
+                    max_block: int, sampling: SamplingParams, prompt: Sequence[int], max_tokens: int,
+                    seed: int = 0) -> CostProfile:
+    """``profile_slices`` now: where the models run (a Ray actor measures its own node's), saved by the caller."""
+    return run_slices(profile_slices(verifier, drafter, verifier_name=verifier_name, drafter_name=drafter_name,
+                                     max_block=max_block, sampling=sampling, prompt=prompt, max_tokens=max_tokens,
+                                     seed=seed))
 
 
 def _calibration_problem(timings: dict[str, Timing], verifier: Model, drafter: Drafter | None) -> str | None:

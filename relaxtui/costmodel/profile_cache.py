@@ -101,10 +101,9 @@ def _kept(path: Path, key: Mapping[str, object]) -> tuple[CostProfile | None, st
     return (profile, None) if profile.timing_stable is not False else (None, None)
 
 
-def this_machine(key: Mapping[str, object], measure: Callable[[], str],
-                 log: Callable[[str], None] = lambda line: None) -> MeasuredProfile:
-    """The cached profile for ``key`` when there is a stable one, else ``measure()`` (a profile's JSON) now,
-    kept when its timings were stable; ``log`` warns of a kept file that cannot be used."""
+def kept_profile(key: Mapping[str, object], log: Callable[[str], None] = lambda line: None) -> MeasuredProfile | None:
+    """The stable profile kept for ``key`` (None: none is, and a kept file that cannot be used was warned of through
+    ``log``; the next ``keep_profile`` replaces it)."""
     full = {**key, **versions()}
     path = cache_path(full)
     cached, problem = _kept(path, full)
@@ -112,17 +111,34 @@ def this_machine(key: Mapping[str, object], measure: Callable[[], str],
         return MeasuredProfile(replace(cached, name=THIS_MACHINE), path, True)
     if problem is not None:
         log(f"warning: ignoring the kept profile {path}: {problem}; measuring it again")
-    text = measure()
-    profile = from_dict(json.loads(text), THIS_MACHINE)
+    return None
+
+
+def keep_profile(key: Mapping[str, object], profile: CostProfile) -> MeasuredProfile:
+    """A profile just measured for ``key``, kept when its timings were stable (an unstable one is used, not kept, and
+    any file kept under ``key`` removed: it could not be used either)."""
+    full = {**key, **versions()}
+    path = cache_path(full)
+    profile = replace(profile, name=THIS_MACHINE)
     from relaxtui.files import write_atomic
 
     try:
         if profile.timing_stable is not False:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, json.dumps({"key": full, "profile": json.loads(text)}, indent=2, sort_keys=True,
-                                          default=str) + "\n")
-        elif problem is not None:
+            write_atomic(path, json.dumps({"key": full, "profile": json.loads(profile.to_json())}, indent=2,
+                                          sort_keys=True, default=str) + "\n")
+        else:
             path.unlink(missing_ok=True)  # not warned about again at every start
     except OSError:  # a read-only cache only costs the next start its measurement
         pass
     return MeasuredProfile(profile, path, False)
+
+
+def this_machine(key: Mapping[str, object], measure: Callable[[], str],
+                 log: Callable[[str], None] = lambda line: None) -> MeasuredProfile:
+    """The cached profile for ``key`` when there is a stable one, else ``measure()`` (a profile's JSON) now,
+    kept when its timings were stable; ``log`` warns of a kept file that cannot be used."""
+    found = kept_profile(key, log)
+    if found is not None:
+        return found
+    return keep_profile(key, from_dict(json.loads(measure()), THIS_MACHINE))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
@@ -42,6 +42,7 @@ STEP_JUMP = 10.0  # a step more than 10x the same model's warm median: the machi
 UNSTABLE_ADVICE = "re-run on an idle machine"
 
 Clock = Callable[[], float]
+T = TypeVar("T")
 Check = Callable[[Sequence["Timing"]], "str | None"]
 
 
@@ -111,8 +112,37 @@ def measure_many(actions: Sequence[Callable[[], object]], *, repeats: int, warmu
     """Time each action ``repeats`` times round-robin (a, b, c, a, b, c, …) after ``warmup`` untimed calls of
     each; re-measure the whole set while any timing is too wide or ``check`` names a problem (at most
     ``retries`` times), and return the tightest attempt — flagged unstable, with the reason, if it never passed."""
+    return run_slices(timing_slices(actions, repeats=repeats, warmup=warmup, retries=retries, clock=clock,
+                                    check=check, max_spread=max_spread))
+
+
+Slices = Generator[None, bool, T]
+"""A measurement a slice at a time (``Background``): it yields before each timed action and is sent whether the
+models were used by someone else since its last slice (then it sets itself up again, untimed, before going on)."""
+
+
+def run_slices(slices: Slices[T]) -> T:
+    """Every slice now, one after the other (nothing else uses the models meanwhile): the measurement's result."""
+    try:
+        next(slices)
+        while True:
+            slices.send(False)
+    except StopIteration as end:
+        return end.value
+
+
+def timing_slices(actions: Sequence[Callable[[], object]], *, repeats: int, warmup: int = 1, retries: int = RETRIES,
+                  clock: Clock = time.perf_counter, check: Check | None = None, max_spread: float = MAX_SPREAD,
+                  resume: Callable[[], None] = lambda: None) -> Slices[list[Timing]]:
+    """``measure_many`` a slice at a time: it yields before each action (never inside a timed one) and calls ``resume``
+    before going on when it is sent True (the models were used meanwhile: their state is set up again)."""
+    def pause() -> Generator[None, bool, None]:
+        if (yield):
+            resume()
+
     for _ in range(warmup):
         for action in actions:
+            yield from pause()
             action()
     best: list[Timing] | None = None
     best_reason: str | None = None
@@ -121,6 +151,7 @@ def measure_many(actions: Sequence[Callable[[], object]], *, repeats: int, warmu
         samples: list[list[float]] = [[] for _ in actions]
         for _ in range(max(repeats, MIN_REPEATS)):
             for index, action in enumerate(actions):
+                yield from pause()
                 started = clock()
                 action()
                 samples[index].append(clock() - started)
@@ -182,13 +213,14 @@ def size_ratio(drafter: object, verifier: object) -> float | None:
 STEP_CONTEXT = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
-def rewinder(model: Model) -> Callable[[], None]:
-    """Puts sequence 0 of ``model`` back where it is now: a rollback on a KV cache; on recurrent memory (which cannot
-    roll back past its last decode's snapshots) a checkpoint restored, whose state copy the timing then includes."""
+def rewinder(model: Model, seq: int = 0) -> Callable[[], None]:
+    """Puts sequence ``seq`` of ``model`` back where it is now: a rollback on a KV cache; on recurrent memory (which
+    cannot roll back past its last decode's snapshots) a checkpoint restored, whose state copy the timing then
+    includes."""
     if model.rollback_limit is None:
-        start = len(model.tokens_of(0))
-        return lambda: model.rollback(0, start)
-    saved = model.checkpoint(0)
+        start = len(model.tokens_of(seq))
+        return lambda: model.rollback(seq, start)
+    saved = model.checkpoint(seq)
     return lambda: model.restore(saved)
 
 

@@ -2,12 +2,14 @@
 costs in single verifier steps, for this verifier on this machine.
 
 Measured where the models run, once: k = 1..``MEASURED_BLOCKS`` timed round-robin after a short prompt (the
-self-checking timer: warm-up, outliers dropped, re-measured while too wide), about 15 s on a 2-core CPU. Every N
+self-checking timer: warm-up, outliers dropped, re-measured while too wide), about 15 s on a 2-core CPU; a face that
+must not wait for it (chat, serve) runs it a timed block at a time on its own model thread while idle
+(``costmodel.background``), and its drafts are verified whole until it ends. Every N
 reads the same measurement, cut or extended (past the measured blocks each further token is priced at the measured
 average cost of one), so a seed gives the same drafts in every face and at every N on one machine. Kept in
 ``$RELAXTUI_CACHE/profiles/`` under everything that changes it (the verifier file, threads, GPU layers, the blocks
 and context a small context leaves room for, a recurrent verifier's snapshots, the hardware, the relaxtui and
-llama-cpp-python versions), and in the process per loaded verifier. A measurement that
+llama-cpp-python versions), and by the pair that holds the verifier (``VerifyPrices``). A measurement that
 stayed unstable is used, not kept. Measured on one sequence: a batch of K sequences (``--parallel``) is priced as
 one sequence's verify blocks. A kept file is read back only when it can be what it claims (``cached``): stored under
 this very key, one price per measured block, each within what a stable timing of a verify batch can give; any other
@@ -17,35 +19,26 @@ is measured over, with one warning line (a cache is not the user's to repair).
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from relaxtui.costmodel import profile_cache
+from relaxtui.costmodel.background import Background
 from relaxtui.costmodel.measure import hardware_description
 from relaxtui.costmodel.profile_cache import block_price_problem
-from relaxtui.costmodel.timing import measure_many, rewinder
-from relaxtui.decoding.config import GenerationConfig
-from relaxtui.decoding.draft_cut import Pricer, cuts_drafts
-from relaxtui.decoding.drafting import Drafter
+from relaxtui.costmodel.timing import Slices, rewinder, run_slices, timing_slices
+from relaxtui.decoding.draft_cut import extend
 from relaxtui.engine.api import Model
 from relaxtui.files import FileMissing, FileRefused, read_regular_bytes, write_atomic
-from relaxtui.session import LoadedPair, ModelOptions
+
+__all__ = ["MEASURED_BLOCKS", "VerifyPrices", "cached", "extend", "measure_prices", "measured_shape", "price_problem",
+           "price_slices"]
 
 MEASURED_BLOCKS = 17  # the largest verify block timed (16 drafts); longer ones are extrapolated
 CONTEXT = 128  # prompt tokens before the timed blocks (attention over a typical prompt), ids 100.. in the vocabulary
 REPEATS = 3
 MAX_FILE_BYTES = 1 << 16  # a kept measurement is well under 1 KiB
-_known: weakref.WeakKeyDictionary[Model, tuple[float, ...]] = weakref.WeakKeyDictionary()
-
-
-def extend(prices: tuple[float, ...], blocks: int) -> tuple[float, ...]:
-    """``prices`` for blocks 1..``blocks``: past the measured ones, each token at the measured average per token."""
-    if len(prices) >= blocks or len(prices) < 2:
-        return prices[:blocks]
-    step = max((prices[-1] - prices[0]) / (len(prices) - 1), 1e-6)
-    return prices + tuple(prices[-1] + step * i for i in range(1, blocks - len(prices) + 1))
+Log = Callable[[str], None]
 
 
 def measured_shape(verifier: Model, blocks: int) -> tuple[int, int]:
@@ -55,26 +48,50 @@ def measured_shape(verifier: Model, blocks: int) -> tuple[int, int]:
     return blocks, max(1, min(CONTEXT, verifier.n_ctx - blocks - 1))
 
 
-def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], bool]:
-    """(v(1..blocks), stable): each block of k tokens timed after up to ``CONTEXT`` tokens on sequence 0
-    (``measured_shape``), left empty."""
+def price_slices(verifier: Model, blocks: int, seq: int = 0) -> Slices[tuple[tuple[float, ...], bool]]:
+    """(v(1..blocks), stable), a timed block a slice (``timing.Slices``): each block of k tokens after at least
+    ``CONTEXT`` tokens of sequence ``seq`` (``measured_shape``). The context goes after what the sequence holds (a
+    chat's conversation, a server's cached prompt: the face's next prefill keeps its own prefix and drops the rest),
+    or in an emptied sequence where they would not fit; made again after a face used the models; rolled back at the
+    end."""
     blocks, length = measured_shape(verifier, blocks)
-    context = [(100 + i) % verifier.n_vocab for i in range(length)]
-    verifier.clear(0)
-    verifier.decode(0, context)
-    back = rewinder(verifier)
+    filler = [(100 + i) % verifier.n_vocab for i in range(length)]
+    state: dict[str, object] = {}
+
+    def setup() -> None:
+        held = len(verifier.tokens_of(seq))
+        if held and (held + length + blocks + 1 > verifier.n_ctx or not verifier.can_rollback(seq, held)):
+            verifier.clear(seq)
+            held = 0
+        state["held"] = held
+        verifier.decode(seq, filler)
+        state["back"] = rewinder(verifier, seq)
 
     def block(k: int) -> Callable[[], None]:
         def once() -> None:
-            verifier.decode_rows([0], [[context[-1]] * k])
+            verifier.decode_rows([seq], [[filler[-1]] * k])
+            back = state["back"]
+            assert callable(back)
             back()
         return once
 
-    timings = measure_many([block(k) for k in range(1, blocks + 1)], repeats=REPEATS, warmup=1)
-    verifier.clear(0)
+    setup()
+    timings = yield from timing_slices([block(k) for k in range(1, blocks + 1)], repeats=REPEATS, warmup=1,
+                                       resume=setup)
+    held = state["held"]
+    assert isinstance(held, int)
+    if held and verifier.can_rollback(seq, held):
+        verifier.rollback(seq, held)
+    else:
+        verifier.clear(seq)
     single = timings[0].median
     prices = (1.0, *(t.median / single for t in timings[1:]))
     return prices, all(t.stable for t in timings)
+
+
+def measure_prices(verifier: Model, blocks: int) -> tuple[tuple[float, ...], bool]:
+    """(v(1..blocks), stable), measured now on sequence 0 (``price_slices``, every slice at once)."""
+    return run_slices(price_slices(verifier, blocks))
 
 
 def price_problem(prices: Sequence[object], blocks: int) -> str | None:
@@ -109,56 +126,72 @@ def cached(path: Path, key: Mapping[str, object], blocks: int) -> tuple[tuple[fl
     return (None, problem) if problem is not None else (tuple(float(p) for p in data["prices"]), None)
 
 
-def known_prices(pair: LoadedPair) -> tuple[float, ...] | None:
-    """The prices this process holds for ``pair``'s verifier (None: not measured or read yet)."""
-    return _known.get(pair.verifier)
+MEASURING = ("measuring this machine's verify costs for priced drafting (blocks of 1..{blocks} tokens, once; about "
+             "15 s on a 2-core CPU)")
 
 
-def verify_prices(pair: LoadedPair, blocks: int, *, threads: int | None, gpu_layers: int,
-                  log: Callable[[str], None] = lambda line: None) -> tuple[float, ...]:
-    """v(1..``blocks``) for ``pair``'s verifier: this process's, the cache's, or measured now (``log`` says so)."""
-    known = _known.get(pair.verifier)
-    if known is None:
-        measured, context = measured_shape(pair.verifier, MEASURED_BLOCKS)
-        key = {"kind": "verify-prices", "verifier": profile_cache.file_identity(pair.verifier_path),
-               "threads": threads, "gpu_layers": gpu_layers, "blocks": measured, "context": context,
-               "snapshots": pair.verifier.rollback_limit, "hardware": hardware_description(),
-               **profile_cache.versions()}
-        path = profile_cache.cache_path(key)
-        known, problem = cached(path, key, measured)
-        if problem is not None:
-            log(f"warning: ignoring the kept verify prices {path}: {problem}; measuring them again")
-        if known is None:
-            log("measuring this machine's verify costs for priced drafting (blocks of 1.."
-                f"{measured} tokens, once; about 15 s on a 2-core CPU)…")
-            known, stable = measure_prices(pair.verifier, measured)
-            try:
-                if stable:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    write_atomic(path, json.dumps({"prices": list(known), "key": key}, sort_keys=True, default=str))
-                elif problem is not None:
-                    path.unlink(missing_ok=True)  # not warned about again at every start
-            except OSError:  # a read-only cache only costs the next start its measurement
-                pass
-        _known[pair.verifier] = known
-    return extend(known, blocks)
+class VerifyPrices:
+    """One loaded verifier's v(1..K) on this machine: read from the cache, or measured (at most once). ``known()`` is
+    what a ``PricedDrafter`` reads (None until then); ``start`` measures in the background, ``wait`` now."""
 
+    def __init__(self, verifier: Model, verifier_path: Path, *, threads: int | None, gpu_layers: int) -> None:
+        self.verifier = verifier
+        self.blocks, context = measured_shape(verifier, MEASURED_BLOCKS)
+        self.key = {"kind": "verify-prices", "verifier": profile_cache.file_identity(verifier_path),
+                    "threads": threads, "gpu_layers": gpu_layers, "blocks": self.blocks, "context": context,
+                    "snapshots": verifier.rollback_limit, "hardware": hardware_description(),
+                    **profile_cache.versions()}
+        self.path = profile_cache.cache_path(self.key)
+        self._known: tuple[float, ...] | None = None
+        self._problem: str | None = None
+        self._read = self._queued = False
 
-def pricer(pair: LoadedPair, options: ModelOptions, log: Callable[[str], None] = lambda line: None, *,
-           measure: bool = True) -> Pricer:
-    """How a face that loaded ``pair`` with ``options`` prices its generations' drafts: a config whose ``draft_cut``
-    resolves to priced for the drafter it runs gets ``verify_prices`` up to its N + 1 (measured at most once).
-    ``measure=False``: a face that decodes other sequences meanwhile (serve) never measures here; it measured at
-    load (``verify_prices``), and without prices a draft is verified whole."""
+    def known(self) -> tuple[float, ...] | None:
+        return self._known
 
-    def price(config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
-        if drafter is None or config.draft_max == 0 or config.verify_prices:
-            return config
-        if not cuts_drafts(config.draft_cut, drafter.traits.holds_model):
-            return config
-        if not measure and known_prices(pair) is None:
-            return config
-        prices = verify_prices(pair, config.draft_max + 1, threads=options.threads, gpu_layers=options.gpu_layers,
-                               log=log)
-        return replace(config, verify_prices=prices)
-    return price
+    def _from_cache(self, log: Log) -> bool:
+        """Read the kept measurement once (a damaged or foreign file: one warning line); whether prices are known."""
+        if not self._read:
+            self._read = True
+            self._known, self._problem = cached(self.path, self.key, self.blocks)
+            if self._problem is not None:
+                log(f"warning: ignoring the kept verify prices {self.path}: {self._problem}; measuring them again")
+        return self._known is not None
+
+    def start(self, background: Background, log: Log = lambda line: None,
+              done: Callable[[tuple[float, ...]], None] = lambda prices: None) -> bool:
+        """The kept prices now, else their measurement queued on ``background`` (``done`` is told when it ends);
+        whether they are known now."""
+        if self._from_cache(log) or self._queued:
+            return self._known is not None
+        self._queued = True
+        log(MEASURING.format(blocks=self.blocks) + " in the background; drafts are verified whole until then…")
+
+        def measured(result: tuple[tuple[float, ...], bool]) -> None:
+            self._keep(*result)
+            done(result[0])
+
+        background.add("verify prices", price_slices(self.verifier, self.blocks), measured)
+        return False
+
+    def wait(self, log: Log = lambda line: None) -> tuple[float, ...]:
+        """The prices, measured now where they are neither kept nor known (on the caller's thread: nothing else may
+        decode on the verifier meanwhile)."""
+        if not self._from_cache(log) and self._known is None:
+            log(MEASURING.format(blocks=self.blocks) + "…")
+            self._keep(*measure_prices(self.verifier, self.blocks))
+        assert self._known is not None
+        return self._known
+
+    def _keep(self, prices: tuple[float, ...], stable: bool) -> None:
+        """Use them from now on; kept on disk when their timings were stable (an unstable one is used, not kept)."""
+        self._known = prices
+        try:
+            if stable:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(self.path, json.dumps({"prices": list(prices), "key": self.key}, sort_keys=True,
+                                                   default=str))
+            elif self._problem is not None:
+                self.path.unlink(missing_ok=True)  # not warned about again at every start
+        except OSError:  # a read-only cache only costs the next start its measurement
+            pass

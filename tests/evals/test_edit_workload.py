@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from relaxtui.cli import main
-from relaxtui.costmodel.bench import BENCH_PROMPTS, WORKLOADS, bench_prompts, file_prompts
+from relaxtui.commands.bench_prompts import BENCH_PROMPTS, WORKLOADS, bench_prompts, file_prompts
 from relaxtui.errors import UserError
 from relaxtui.evals.taskfiles.taskfile import load_task
 from relaxtui.text import Message
