@@ -1,16 +1,34 @@
 """Loading a verifier/drafter pair and turning a user prompt into tokens: shared by every face.
 
+A ``Pair`` is what a face has loaded and asks for everything model-side: the verifier, its drafters by kind (each
+built once by the factory, with every option; standalone kinds kept for their corpora, per scope where they learn),
+this machine's verify prices (read from the cache, or measured at most once: in the background on the face's own
+model thread, or now) and ``close()``. ``--draft-cut`` is the pair's: resolved once, when the factory builds a kind,
+into a ``PricedDrafter`` that reads the pair's prices. ``load_pair`` loads GGUF files; ``fake_pair`` is the
+deterministic 16-word pair of ``chat --fake``, ``serve --fake`` and the tests, on ``engine/fake.py``.
+
 Nothing here prints; the CLI, TUI and eval runner decide how to show progress and results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
+import numpy as np
+
+from relaxtui.costmodel.background import Background
+from relaxtui.costmodel.verify_prices import VerifyPrices
+from relaxtui.decoding.draft_cut import check_policy
 from relaxtui.decoding.drafters import DRAFT_KINDS, Drafter, DrafterOptions, Openers, drafter_kind, make_drafter
+from relaxtui.decoding.vocab import VocabModel
+from relaxtui.engine.api import Rows, SeqDecode
 from relaxtui.engine.capacity import check_parallel
+from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.engine.mtp import MtpHead, check_mtp_files
 from relaxtui.engine.text import ChatTemplate
@@ -18,11 +36,11 @@ from relaxtui.errors import UserError
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.models.store import resolve_model
 from relaxtui.options import CTX_SIZE, DRAFT_MAX, DRAFT_P_MIN, DRAFTER_SETTINGS, GPU_LAYERS, PARALLEL, THREADS
+from relaxtui.pair import DEFAULT_SCOPES, KindDrafters, StandInPrices
 from relaxtui.text import Message
 
-__all__ = ["DRAFT_KINDS", "LoadedPair", "ModelOptions", "chat_template", "conversation_tokens", "drafter_options",
-           "load_drafter",
-           "load_pair", "prompt_tokens"]
+__all__ = ["DRAFT_KINDS", "FAKE_DRAFT_KIND", "ModelOptions", "Pair", "chat_template", "conversation_tokens",
+           "drafter_options", "fake_pair", "load_pair", "prompt_tokens"]
 
 
 @dataclass(frozen=True)
@@ -48,11 +66,14 @@ class ModelOptions:
     draft_max: int = 16  # the longest draft the run verifies: a recurrent/hybrid verifier keeps that many
     # recurrent-state snapshots per sequence (a verify batch [last, x_1..x_N] rolls back N at most) and is refused
     # in one line if it cannot; a longer draft later (the chat's settings) runs from a checkpoint, exactly
+    draft_cut: str = "auto"  # priced drafting (docs/method.md#priced-drafts): the kinds whose drafts the pair's
+    # drafters cut by this machine's verify prices ("auto": those that run no model; "priced": every kind; "none")
 
     def __post_init__(self) -> None:
         """Each field through its check in the option table; a refusal names the setting (the CLI spells it as
         its flag, relaxtui.options)."""
         drafter_kind(self.draft_kind)  # an unknown kind: one line
+        check_policy(self.draft_cut)
         for setting in (DRAFT_P_MIN, CTX_SIZE, THREADS, PARALLEL, GPU_LAYERS, DRAFT_MAX, *DRAFTER_SETTINGS):
             setting.check.check(getattr(self, setting.name), setting.name)
         drafter_options(self)  # what its kind refuses of them together (ngram_min > ngram_max): before anything loads
@@ -62,24 +83,6 @@ class ModelOptions:
         """The ``--drafter`` value when it names a model file the kind opens (None: ngram, the verifier's own MTP
         heads, or no drafter)."""
         return drafter_kind(self.draft_kind).file_of(self.drafter)
-
-
-@dataclass
-class LoadedPair:
-    verifier: LlamaModel
-    drafter: Drafter | None
-    verifier_path: Path
-    drafter_path: Path | None  # the drafter's own GGUF, when its kind loads one
-
-    @property
-    def drafter_name(self) -> str:
-        """What runs and profiles call the drafter: its model file's name, else its kind; "none" without one."""
-        return self.drafter.traits.label if self.drafter is not None else "none"
-
-    def close(self) -> None:
-        if self.drafter is not None:
-            self.drafter.close()
-        self.verifier.close()
 
 
 def _gpu_layers(option: int) -> int:
@@ -92,7 +95,7 @@ def drafter_options(options: ModelOptions, path: Path | None = None) -> DrafterO
     own = {setting.name: getattr(options, setting.name) for setting in DRAFTER_SETTINGS}
     return DrafterOptions(kind=options.draft_kind, model=path, p_min=options.draft_p_min, n_ctx=options.ctx_size,
                           n_seq=options.parallel, threads=options.threads, gpu_layers=_gpu_layers(options.gpu_layers),
-                          **own)
+                          draft_cut=options.draft_cut, **own)
 
 
 def _drafter_path(options: ModelOptions) -> Path | None:
@@ -126,7 +129,99 @@ GGUF = Openers(model=open_gguf, close=_close, mtp_head=open_mtp_head, mtp_files=
 """The factory's openers for GGUF files through llama.cpp: what every face drafts with."""
 
 
-def load_pair(options: ModelOptions) -> LoadedPair:
+Log = Callable[[str], None]
+V = TypeVar("V", bound=VocabModel)  # the verifier a pair holds: a LlamaModel, a FakeBackend
+FAKE_DRAFT_KIND = "model"  # the fake pair's own drafter: an LM over the fake draft table
+
+
+class Prices(Protocol):
+    """This machine's verify prices as a pair holds them (``costmodel.verify_prices.VerifyPrices``; a fake pair's
+    ``pair.StandInPrices``)."""
+
+    def known(self) -> tuple[float, ...] | None: ...
+    def start(self, background: Background, log: Log = ...,
+              done: Callable[[tuple[float, ...]], None] = ...) -> bool: ...
+    def wait(self, log: Log = ...) -> tuple[float, ...]: ...
+
+
+class Pair(Generic[V]):
+    """What a face has loaded (module docstring). ``drafter`` is the command line's (None: the verifier alone);
+    ``drafter_for`` hands any other kind the pair can draft with, built once; ``prices()`` is what its priced drafters
+    read (None until known); a face drives ``background`` (measurements that decode on these models) from its model
+    thread while idle, or calls ``price_drafts`` to have the prices now."""
+
+    def __init__(self, verifier: V, drafting: DrafterOptions, openers: Openers, *, speculative: bool,
+                 prices: Prices | None = None, close_verifier: Callable[[], None] = lambda: None,
+                 verifier_path: Path | None = None, drafter_path: Path | None = None, name: str = "verifier",
+                 options: ModelOptions | None = None, max_scopes: int = DEFAULT_SCOPES) -> None:
+        self.verifier, self.drafting, self.openers = verifier, drafting, openers
+        self.verifier_path, self.drafter_path, self.name, self.options = verifier_path, drafter_path, name, options
+        self._prices, self._close_verifier = prices, close_verifier
+        self.background = Background()
+        self.drafter: Drafter | None = self._make(drafting) if speculative else None
+        self.kinds = KindDrafters(self.drafter, lambda kind: self._make(replace(drafting, kind=kind, model=None)),
+                                  max_scopes)
+        self._other: Drafter | None = None  # a drafter LM of another file (the chat's switch), one at a time
+
+    def _make(self, drafting: DrafterOptions) -> Drafter:
+        """A drafter through the factory, priced by this pair where its kind's ``draft_cut`` says so."""
+        return make_drafter(drafting, self.verifier, self.openers, self.prices if self._prices is not None else None)
+
+    @property
+    def draft_cut(self) -> str:
+        return self.drafting.draft_cut
+
+    @property
+    def drafter_name(self) -> str:
+        """What runs and profiles call the drafter: its model file's name, else its kind; "none" without one."""
+        return self.drafter.traits.label if self.drafter is not None else "none"
+
+    def drafter_for(self, kind: str, scope: object = None) -> Drafter:
+        """The pair's drafter of ``kind``: its own, or a standalone kind's, built once (one per ``scope`` where it
+        learns: ``pair.KindDrafters``)."""
+        return self.kinds.get(kind, scope)
+
+    def drafter_file(self, name: str, kind: str) -> Drafter:
+        """A drafter of ``kind`` that opens the file ``name`` (the chat's switch to another drafter LM), with every
+        option of the pair's own; the one built before it is closed."""
+        if self.options is None:
+            raise UserError(f"this pair cannot load a drafter file ({name})")
+        options = replace(self.options, drafter=name, draft_kind=kind)
+        drafter = self._make(drafter_options(options, _drafter_path(options)))
+        if self._other is not None:
+            self._other.close()
+        self._other = drafter
+        return drafter
+
+    def prices(self) -> tuple[float, ...] | None:
+        """v(1..K) in verifier steps on this machine, as measured for this verifier (None: not known yet)."""
+        return self._prices.known() if self._prices is not None else None
+
+    def start_pricing(self, log: Log = lambda line: None,
+                      done: Callable[[tuple[float, ...]], None] = lambda prices: None) -> bool:
+        """The prices from the cache now, else their measurement queued on ``background`` (a face that must answer at
+        once: chat, serve); whether they are known now. Nothing to do where no drafter of the pair is cut."""
+        if self._prices is None or self.draft_cut == "none":
+            return False
+        return self._prices.start(self.background, log, done)
+
+    def price_drafts(self, log: Log = lambda line: None) -> None:
+        """The prices now, measured on the caller's thread if they are neither kept nor known, when the pair's own
+        drafter is cut by them (generate, eval, bench, tune: every draft of a run is priced alike)."""
+        if self._prices is not None and self.drafter is not None and self.drafter.traits.cut is not None:
+            self._prices.wait(log)
+
+    def close(self) -> None:
+        self.background.close()
+        self.kinds.close()
+        for drafter in (self._other, self.drafter):
+            if drafter is not None:
+                drafter.close()
+        self._other = self.drafter = None
+        self._close_verifier()
+
+
+def load_pair(options: ModelOptions, *, max_scopes: int = DEFAULT_SCOPES) -> Pair[LlamaModel]:
     """Resolve and load both models (the drafter through the one factory, with every option), checking their
     vocabularies before anything runs."""
     verifier_path = resolve_model(options.verifier)
@@ -144,19 +239,59 @@ def load_pair(options: ModelOptions) -> LoadedPair:
     try:
         if speculative and options.draft_max > 0:
             verifier.require_rollback(options.draft_max)  # a hybrid model that cannot: one line, before decoding
-        drafter = make_drafter(drafter_options(options, drafter_path), verifier, GGUF) if speculative else None
+        prices = VerifyPrices(verifier, verifier_path, threads=options.threads, gpu_layers=options.gpu_layers)
+        return Pair(verifier, drafter_options(options, drafter_path), GGUF, speculative=speculative, prices=prices,
+                    close_verifier=verifier.close, verifier_path=verifier_path, drafter_path=drafter_path,
+                    name=verifier_path.name, options=options, max_scopes=max_scopes)
     except BaseException:
         verifier.close()
         raise
-    return LoadedPair(verifier, drafter, verifier_path, drafter_path)
 
 
-def load_drafter(options: ModelOptions, verifier: LlamaModel) -> Drafter | None:
-    """The drafter ``options`` name for an already loaded verifier (None = the verifier alone): the chat's drafter
-    switch, built by the same factory as ``load_pair`` with the same options (GPU layers, p-min, n-gram sizes)."""
-    if options.drafter is None:
-        return None
-    return make_drafter(drafter_options(options, _drafter_path(options)), verifier, GGUF)
+class _FakeVerifier(FakeBackend):
+    """The fake pair's verifier; ``batch_gate``, when given, holds each batch of several sequences until it is set."""
+
+    def __init__(self, logits_fn: Callable[[tuple[int, ...]], np.ndarray], n_vocab: int, *, n_ctx: int, n_seq: int,
+                 pieces: Sequence[bytes], batch_gate: threading.Event | None = None) -> None:
+        super().__init__(logits_fn, n_vocab, n_ctx=n_ctx, pieces=pieces, n_seq=n_seq)
+        self.batch_gate = batch_gate
+
+    def decode_many(self, items: Sequence[SeqDecode]) -> list[Rows]:
+        if self.batch_gate is not None:
+            self.batch_gate.wait(timeout=60)  # never hang a test run forever
+        return super().decode_many(items)
+
+
+def fake_pair(n_seq: int = 1, *, seed: int = 7, n_ctx: int = 4096, delay_s: float = 0.0,
+              tables: tuple[np.ndarray, np.ndarray] | None = None, drafting: DrafterOptions | None = None,
+              speculative: bool = True, gate: threading.Event | None = None, gate_after: int = 0,
+              batch_gate: threading.Event | None = None, prices: Sequence[float] | None = None,
+              prices_gate: threading.Event | None = None, max_scopes: int = DEFAULT_SCOPES) -> Pair[FakeBackend]:
+    """The deterministic pair of ``FAKE_WORDS``: a Markov verifier and a noisier drafter LM (``demo_tables(seed)``, or
+    ``tables``: the verifier's and drafter's logits, row = previous token), ``n_seq`` sequences of ``n_ctx`` tokens,
+    through the real factory and loops. ``drafting``: the command line's drafter settings, which every kind it builds
+    gets. Test hooks: ``delay_s`` slows every verifier row; ``gate`` holds the verifier's ``gate_after``-th row and
+    ``batch_gate`` every batch until set; ``prices`` stand for this machine's verify prices (None: drafts are never
+    cut), known once ``prices_gate`` is set (a measurement that has not ended)."""
+    target, draft = tables if tables is not None else demo_tables(seed)
+    vocab = target.shape[1]
+    pieces = [w.encode() for w in FAKE_WORDS[:vocab]]
+    calls = iter(range(1, 1 << 62))
+
+    def verifier_logits(context: tuple[int, ...]) -> np.ndarray:
+        if delay_s:
+            time.sleep(delay_s)
+        if gate is not None and next(calls) == gate_after:
+            gate.wait(timeout=120)  # never hang a test run forever
+        return target[context[-1]]
+
+    verifier: FakeBackend = _FakeVerifier(verifier_logits, vocab, pieces=pieces, n_ctx=n_ctx, n_seq=n_seq,
+                                          batch_gate=batch_gate)
+    draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx, n_seq=n_seq)
+    options = replace(drafting or DrafterOptions(), kind=FAKE_DRAFT_KIND, n_seq=n_seq, n_ctx=n_ctx)
+    stand_in = StandInPrices(prices, prices_gate) if prices is not None else None
+    return Pair(verifier, options, Openers(model=lambda _: draft_model), speculative=speculative, prices=stand_in,
+                name="fake-verifier", max_scopes=max_scopes)
 
 
 def chat_template(model: LlamaModel) -> ChatTemplate:

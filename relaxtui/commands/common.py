@@ -21,7 +21,8 @@ from pathlib import Path
 from relaxtui import checks, options
 from relaxtui.checks import INT32_MAX, utf8_problem
 from relaxtui.checks import quoted as _quoted
-from relaxtui.decoding.config import BONUS_POLICIES, DRAFT_CUTS, GenerationConfig
+from relaxtui.decoding.config import BONUS_POLICIES, GenerationConfig
+from relaxtui.decoding.draft_cut import DRAFT_CUTS
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
@@ -171,7 +172,8 @@ def model_options(args: argparse.Namespace, *, speculative: bool = True) -> Mode
     return ModelOptions(args.verifier, drafter, args.ctx_size, args.threads, args.gpu_layers,
                         draft_kind=args.draft_kind, **{s.name: getattr(args, s.name) for s in options.DRAFTER_SETTINGS},
                         draft_p_min=getattr(args, "draft_p_min", 0.0), parallel=getattr(args, "parallel", 1),
-                        draft_max=_longest_draft(args.draft_max))
+                        draft_max=_longest_draft(args.draft_max),
+                        draft_cut=getattr(args, "draft_cut", "auto"))  # (chat, tune: auto)
 
 
 def refuse_rules_without_logits(specs: Sequence[str], kind: str, flag: str = "--draft-kind") -> None:
@@ -210,5 +212,5 @@ def generation_config(args: argparse.Namespace, *, draft_max: int | None = None,
     return GenerationConfig(
         draft_max=args.draft_max if draft_max is None else draft_max, max_tokens=args.max_tokens,
         sampling=sampling(args), seed=args.seed if seed is None else seed, top_alternatives=top_alternatives,
-        bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt, draft_cut=args.draft_cut,
+        bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt,
     )

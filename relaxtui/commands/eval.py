@@ -26,7 +26,6 @@ from relaxtui.commands.common import (
 )
 from relaxtui.console import ProgressDisplay
 from relaxtui.costmodel.profiles import CostProfile, load_profile
-from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
 from relaxtui.evals.analysis.race_view import decision_lines, race_json, race_rows, render_race_table
@@ -42,7 +41,7 @@ from relaxtui.evals.analysis.report import (
 )
 from relaxtui.evals.run.executors import Executor, local_executor
 from relaxtui.evals.run.identity import RunIdentity, fingerprints, model_paths, run_environment
-from relaxtui.evals.run.pair import THIS_MACHINE, measure_profile, sample_tokenizer
+from relaxtui.evals.run.pair import THIS_MACHINE, plan_profile, sample_tokenizer
 from relaxtui.evals.run.plan import EvalPlan
 from relaxtui.evals.run.race_run import RACE_FILE, read_race
 from relaxtui.evals.run.results import MEASURED_PROFILE, ResultsStore, load_records
@@ -52,7 +51,7 @@ from relaxtui.files import write_atomic
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 
 if TYPE_CHECKING:
-    from relaxtui.session import LoadedPair, ModelOptions
+    from relaxtui.session import ModelOptions, Pair
 
 PROMPT_ROOM = 1024  # tokens kept for the prompt on top of --max-tokens
 MEASURING = "measuring this machine's cost profile (once per run folder, again when N grows)…"
@@ -121,8 +120,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--ray-actors goes with --ray (got --ray-actors {args.ray_actors} alone)")
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
-                    sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt,
-                    draft_cut=args.draft_cut)
+                    sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
     if plan.has_spec:
         refuse_rules_without_logits(args.rule, args.draft_kind)  # a kind's traits, before any model loads
     samples = task.load(args.data)[: args.limit]
@@ -223,10 +221,15 @@ def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPla
 
     def measure_here() -> str:
         print(MEASURING, file=sys.stderr, flush=True)
-        return measure_profile(pair, plan, tokenize(samples[0]))
+        return plan_profile(pair, plan, tokenize(samples[0]))
 
-    price = pricer(pair, options, log=lambda line: print(line, file=sys.stderr, flush=True))
-    return OpenedExecutor(local_executor(pair.verifier, pair.drafter, tokenize, price), measure_here, pair.close)
+    try:
+        if plan.has_spec:  # every unit's drafts priced alike: the prices before the first one
+            pair.price_drafts(log=lambda line: print(line, file=sys.stderr, flush=True))
+    except BaseException:
+        pair.close()
+        raise
+    return OpenedExecutor(local_executor(pair.verifier, pair.drafter, tokenize), measure_here, pair.close)
 
 
 def profile_covers(path: Path, plan: EvalPlan) -> bool:
@@ -234,12 +237,12 @@ def profile_covers(path: Path, plan: EvalPlan) -> bool:
     return path.exists() and max(plan.draft_max) + 1 in load_profile(str(path)).verify_ms
 
 
-def save_measured_profile(store: ResultsStore, pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> None:
+def save_measured_profile(store: ResultsStore, pair: Pair, plan: EvalPlan, prompt: list[int]) -> None:
     """Calibrate this machine (a few seconds) unless the run folder already has its profile (tune's folders)."""
     path = store.directory / MEASURED_PROFILE
     if not profile_covers(path, plan):
         print(MEASURING, file=sys.stderr, flush=True)
-        write_atomic(path, measure_profile(pair, plan, prompt))
+        write_atomic(path, plan_profile(pair, plan, prompt))
 
 
 def profiles_for_report(specs: list[str], directory: Path | None) -> list[CostProfile]:

@@ -15,12 +15,11 @@ from relaxtui.costmodel.auto import AutoChoice, choose_draft_length, position_ac
 from relaxtui.costmodel.bench import peak_rss_mb
 from relaxtui.costmodel.calibrate import calibrate, typical_context
 from relaxtui.costmodel.pricing import rounds_of_metrics
-from relaxtui.costmodel.verify_prices import pricer
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished, Metrics
 from relaxtui.decoding.loop import generate
 from relaxtui.rules import Rule
-from relaxtui.session import LoadedPair, load_pair, prompt_tokens
+from relaxtui.session import Pair, load_pair, prompt_tokens
 
 AUTO_MAX_DRAFT = 6  # --draft-max auto considers N = 0..this
 PROBE_TOKENS = 48  # tokens of the acceptance estimate
@@ -43,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
             choice = auto_draft_length(pair, tokens, config, rule)
             print(choice.line() if choice is not None else "--draft-max auto: 0 (no drafter)", file=sys.stderr)
             config = replace(config, draft_max=choice.draft_max if choice is not None else 0)
-        config = pricer(pair, options, log=lambda line: print(line, file=sys.stderr))(config, pair.drafter)
+        if config.draft_max > 0:  # drafts cut by price (--draft-cut): the prices before the first round
+            pair.price_drafts(log=lambda line: print(line, file=sys.stderr))
         c_rel = None
         if args.measure_c_rel and pair.drafter is not None and pair.drafter.traits.holds_model:
             from relaxtui.costmodel.measure import measure_c_rel
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def auto_draft_length(pair: LoadedPair, tokens: list[int], config: GenerationConfig, rule: Rule) -> AutoChoice | None:
+def auto_draft_length(pair: Pair, tokens: list[int], config: GenerationConfig, rule: Rule) -> AutoChoice | None:
     """Calibrate this machine, estimate acceptance on this prompt (a short probe at the largest N), choose N."""
     if pair.drafter is None:
         return None
@@ -102,7 +102,7 @@ def auto_draft_length(pair: LoadedPair, tokens: list[int], config: GenerationCon
     return choose_draft_length(costs, rates, AUTO_MAX_DRAFT)
 
 
-def predicted_slower(pair: LoadedPair, tokens: list[int], config: GenerationConfig, metrics: Metrics) -> str | None:
+def predicted_slower(pair: Pair, tokens: list[int], config: GenerationConfig, metrics: Metrics) -> str | None:
     """After the reply: price its own rounds with this machine's costs (a few seconds of timing) and say so
     when speculation was slower than the verifier alone would have been."""
     n = max(metrics.draft_lengths, default=0)

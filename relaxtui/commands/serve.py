@@ -243,8 +243,7 @@ def run(args: argparse.Namespace) -> int:
 
         def load() -> ServedPair:
             return LlamaServedPair(options, max_scopes=args.learning_scopes)
-    settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max, reuse=args.prompt_cache,
-                            draft_cut=args.draft_cut)
+    settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max, reuse=args.prompt_cache)
     scheduler = Scheduler(load, max_queue=args.max_queue, profile=args.profile, settings=settings)
     if not keys and args.host not in LOOPBACK:
         print(f"relaxtui serve: warning: listening on {args.host} with no --api-key: anyone who can reach this "

@@ -195,8 +195,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
         scope = settings.defaults.policy.scope(request.scope.get(KEY_INDEX), checked.user)
         if checked.scoring:
             return await _score(request, served, checked, prompts, echo, scope)
-        profile = scheduler.profile
-        assert profile is not None  # resolved before the scheduler turns "ready" (pair() checked it)
+        profile = scheduler.profile  # None while this machine's is measured in the background: priced by nothing
         choices = len(prompts) * checked.n
         ticket: Ticket[Generated] = Ticket(asyncio.get_running_loop(), choices, time.monotonic() + settings.timeout_s)
         jobs = scheduler.jobs(checked, prompts, ticket, "messages" if chat else "prompt", scope)

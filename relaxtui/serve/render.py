@@ -168,12 +168,15 @@ def _knob(knob: float | None) -> float | str | None:
     return knob if knob is None or math.isfinite(knob) else str(knob)
 
 
-def stats(totals: Totals, speculative: Speculative, profile: CostProfile) -> dict[str, Any]:
-    """relaxtui's view: what ran, acceptance, mean accepted length, and the speed-up priced by the profile."""
+def stats(totals: Totals, speculative: Speculative, profile: CostProfile | None) -> dict[str, Any]:
+    """relaxtui's view: what ran, acceptance, mean accepted length, and the speed-up priced by the profile (null with
+    ``priced_by`` null while there is none: this machine's is being measured)."""
+    speedup: float | None = None
     try:
-        speedup: float | None = priced_speedup(profile, Rounds.of(
-            totals.draft_lengths, totals.output_tokens, full_rounds=totals.full_rounds,
-            extra_draft_steps=totals.extra_draft_steps, end_tokens=totals.end_tokens))
+        if profile is not None:
+            speedup = priced_speedup(profile, Rounds.of(
+                totals.draft_lengths, totals.output_tokens, full_rounds=totals.full_rounds,
+                extra_draft_steps=totals.extra_draft_steps, end_tokens=totals.end_tokens))
     except UserError:  # a block longer than the profile measures
         speedup = None
     return {
@@ -183,7 +186,7 @@ def stats(totals: Totals, speculative: Speculative, profile: CostProfile) -> dic
         "num_accepted_tokens_per_pos": list(totals.accepted_per_position),
         "acceptance_rate": totals.accepted_tokens / totals.draft_tokens if totals.draft_tokens else 0.0,
         "mean_accepted_length": 1.0 + totals.accepted_tokens / totals.rounds if totals.rounds else 0.0,
-        "priced_speedup": speedup, "priced_by": profile.name,
+        "priced_speedup": speedup, "priced_by": profile.name if profile is not None else None,
     }
 
 

@@ -60,7 +60,7 @@ class Reply:
     request: CompletionRequest
     ticket: Ticket[Generated]
     model: str
-    profile: CostProfile
+    profile: CostProfile | None  # None: no profile yet (measured in the background), responses priced by nothing
     token_bytes: Callable[[int], bytes]
     echo: list[str]  # completions with echo: each prompt's text, shown before its choices
     choices: list[Choice] = field(default_factory=list)

@@ -8,6 +8,11 @@ ticket also carries the request's stop conditions, polled by the loop once per r
 the client went away, a stop string was seen, the deadline passed. A stopped sequence leaves the batch at that
 round and its slot takes the next job.
 
+The server listens as soon as the models are loaded: this machine's verify prices and cost profile, when neither
+is kept from an earlier start, are measured afterwards on the model thread while it is idle, a slice at a time
+(``costmodel.background``); drafts are verified whole and responses are priced by nothing (``priced_by`` null)
+until they are there.
+
 Shutdown is the scheduler's (``drain``, called on SIGINT/SIGTERM before the web server stops): no new requests,
 the live ones get until the drain deadline, then stop at their next round and end their responses as any stopped
 sequence does; only then are the models freed (``close``).
@@ -24,25 +29,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from relaxtui.checks import BadValue
 from relaxtui.costmodel.profiles import THIS_MACHINE, CostProfile, load_profile
-from relaxtui.decoding.batched import Job
+from relaxtui.decoding.batched import Job, Read, ReadJob
 from relaxtui.decoding.config import GenerationConfig
-from relaxtui.decoding.draft_cut import Pricer, unpriced
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.prefill import ReusePolicy
-from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.executors import BatchedExecutor, Closed, QueueFull
-from relaxtui.serve.body import ApiError, bad
+from relaxtui.serve.body import ApiError, bad, setting_error
 from relaxtui.serve.metrics import ServerMetrics
 from relaxtui.serve.pair import ServedPair
 from relaxtui.serve.protocol import CompletionRequest
-from relaxtui.serve.scoring import ScoredPrompt, ScoringProbe
+from relaxtui.serve.scoring import ScoredPrompt, Scoring
 
 RETRY_AFTER_S = 1  # what a client told "busy" is asked to wait
 STOP_GRACE_S = 10.0  # past the drain deadline, how long the last round may take to end (the web server waits longer)
-# a scoring request's carrier job (relaxtui.serve.scoring): a one-token prompt, the verifier alone, nothing generated
-CARRIER = GenerationConfig(draft_max=1, max_tokens=1, sampling=SamplingParams(0.0, 0, 1.0), reuse="exact")
+PROFILE_PROMPT = "Write a function that checks whether a number is prime, then explain it."  # this machine's profile
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,6 @@ class LoopSettings:
     draft_max: int = 3  # the server's N: the longest block a this-machine profile is measured for
     reuse: ReusePolicy = "longest"  # prompt cache: keep (or copy from another slot) the longest common prefix, as
     # llama-server does; "exact": only a whole repeated prompt, so outputs never depend on what ran before
-    draft_cut: str = "auto"  # priced drafting (docs/method.md#priced-drafts): every request's drafts
 
 
 class Ticket(Generic[D]):
@@ -128,8 +130,7 @@ class Scheduler:
         self.state = "loading"  # loading -> ready -> draining -> closed, or failed
         self.error: str | None = None
         self.pair: ServedPair | None = None
-        self.profile: CostProfile | None = None
-        self.price: Pricer = unpriced  # each request's config with the verify prices its drafts are cut by
+        self.profile: CostProfile | None = None  # prices responses; None until there (measured in the background)
         self.executor: BatchedExecutor | None = None
         self.metrics = ServerMetrics()
         self.ready = threading.Event()  # set once loaded, or failed
@@ -147,8 +148,9 @@ class Scheduler:
         try:
             pair = self._load()
             try:
-                self.profile = self._resolve_profile(pair)
-                self.price = self._pricer(pair)
+                self._resolve_profile(pair)
+                pair.pair.start_pricing(log=self.log, done=lambda prices: self.log(
+                    "verify prices measured: requests' drafts are cut by price from now on"))
             except BaseException:
                 pair.close()
                 raise
@@ -157,8 +159,10 @@ class Scheduler:
                 self.state = "closed"
                 return
             self.pair = pair
+            background = pair.pair.background
             self.executor = BatchedExecutor(pair.verifier, pair.drafter, max_waiting=self.max_queue,
-                                            join_in_batch=True)  # a new request's prompt rides in the running batch
+                                            join_in_batch=True,  # a new request's prompt rides in the running batch
+                                            idle=background.step, taken=background.touched)
             self.executor.start(self._on_event, self._on_error)
             self._stopped = False  # until a drain has seen the batch loop end
             self.state = "ready"
@@ -171,57 +175,55 @@ class Scheduler:
 
     @property
     def profile_name(self) -> str | None:
-        """The name of the profile that prices responses (None until the models are loaded)."""
+        """The name of the profile that prices responses (None until there is one)."""
         return None if self.profile is None else self.profile.name
 
-    def _pricer(self, pair: ServedPair) -> Pricer:
-        """How requests' drafts are priced: by this machine's verify costs, measured now (or read from the cache),
-        before any sequence runs: a request never measures (it would decode beside the batch); the fake pair's drafts
-        are never cut."""
-        loaded, options = pair.loaded, pair.options
-        if loaded is None or options is None or self.settings.draft_cut == "none":
-            return unpriced
-        from relaxtui.costmodel.verify_prices import pricer, verify_prices
-
-        verify_prices(loaded, self.settings.draft_max + 1, threads=options.threads, gpu_layers=options.gpu_layers,
-                      log=self.log)
-        return pricer(loaded, options, log=self.log, measure=False)
-
-    def _resolve_profile(self, pair: ServedPair) -> CostProfile:
-        """The profile that prices responses: a shipped name or file, or ``this-machine`` measured now — the
-        default, as eval and tune price (None: this-machine, or for the fake pair, which has no costs to measure,
-        its stand-in)."""
+    def _resolve_profile(self, pair: ServedPair) -> None:
+        """The profile that prices responses: a shipped name or file, now; or ``this-machine`` — the default, as
+        eval and tune price (for the fake pair, which has no costs to measure, its stand-in) — read from the cache,
+        else measured in the background once the server listens (responses are priced by nothing until then)."""
         if self.profile_spec is not None and self.profile_spec != THIS_MACHINE:
-            return load_profile(self.profile_spec)
-        loaded, options = pair.loaded, pair.options
-        if loaded is None and self.profile_spec is None and pair.cost_profile is not None:
-            return pair.cost_profile
-        if loaded is None or options is None:
+            self.profile = load_profile(self.profile_spec)
+            return
+        options = pair.pair.options
+        if options is None and self.profile_spec is None and pair.cost_profile is not None:
+            self.profile = pair.cost_profile
+            return
+        if options is None or pair.pair.verifier_path is None:
             raise UserError("--profile this-machine needs real models (the fake pair has no costs to measure)")
         from relaxtui.costmodel import profile_cache
+        from relaxtui.costmodel.calibrate import profile_slices
         from relaxtui.costmodel.measure import hardware_description
-        from relaxtui.evals.run.pair import measure_profile
-        from relaxtui.evals.run.plan import EvalPlan
+        from relaxtui.decoding.sampling import SamplingParams
 
-        prompt = pair.text_tokens("Write a function that checks whether a number is prime, then explain it.")
-        plan = EvalPlan(draft_max=(max(1, self.settings.draft_max),), max_tokens=512)
-        key = {"verifier": profile_cache.file_identity(loaded.verifier_path),
-               "drafter": profile_cache.file_identity(loaded.drafter_path), "drafter_kind": loaded.drafter_name,
+        draft_max, sampling = max(1, self.settings.draft_max), SamplingParams()
+        key = {"verifier": profile_cache.file_identity(pair.pair.verifier_path),
+               "drafter": profile_cache.file_identity(pair.pair.drafter_path), "drafter_kind": pair.pair.drafter_name,
                "threads": options.threads, "gpu_layers": options.gpu_layers,
-               "ctx_size": options.ctx_size, "draft_max": plan.draft_max,
-               "sampling": repr(plan.sampling), "hardware": hardware_description()}
+               "ctx_size": options.ctx_size, "draft_max": (draft_max,),
+               "sampling": repr(sampling), "hardware": hardware_description()}
+        found = profile_cache.kept_profile(key, log=self.log)
+        if found is not None:
+            self.profile = found.profile
+            self.log(f"pricing responses with this machine's profile, read from {found.path} (delete it to measure "
+                     "again)")
+            return
+        self.log("measuring this machine's cost profile in the background (seconds; a minute on a busy machine); "
+                 "responses are priced by it once it is there…")
+        slices = profile_slices(pair.verifier, pair.drafter, verifier_name=pair.name,
+                                drafter_name=pair.pair.drafter_name, max_block=draft_max + 1, sampling=sampling,
+                                prompt=pair.text_tokens(PROFILE_PROMPT), max_tokens=512)
 
-        def measure() -> str:
-            self.log("measuring this machine's cost profile (seconds; a minute on a busy machine)…")
-            return measure_profile(loaded, plan, prompt)
+        def measured(profile: CostProfile) -> None:
+            kept = profile_cache.keep_profile(key, profile)
+            self.profile = kept.profile
+            if kept.profile.timing_stable is False:
+                self.log("pricing responses with this machine's profile (its timings stayed unstable: rough, not kept)")
+            else:
+                self.log(f"pricing responses with this machine's profile, kept in {kept.path} (delete it to measure "
+                         "again)")
 
-        found = profile_cache.this_machine(key, measure, log=self.log)
-        if found.profile.timing_stable is False:
-            self.log("pricing responses with this machine's profile (its timings stayed unstable: rough, not kept)")
-        else:
-            self.log(f"pricing responses with this machine's profile, {'read from' if found.cached else 'kept in'} "
-                     f"{found.path} (delete it to measure again)")
-        return found.profile
+        pair.pair.background.add("this machine's cost profile", slices, measured)
 
     def drain(self, timeout: float) -> None:
         """Begin the shutdown and return at once (SIGINT/SIGTERM call this before the web server stops): from now
@@ -268,8 +270,12 @@ class Scheduler:
         assert pair is not None
         spec, rule = request.speculative, request.rule  # the rule the request reader built, once per request
         draft_max = spec.draft_max if spec.drafts else 0
-        # the drafter of the kind asked for: the pair's own, or a standalone kind's (one per scope where it learns)
-        drafter = pair.drafter_for(spec.draft_kind, scope) if spec.drafts else None
+        # the drafter of the kind asked for: the pair's own, or a standalone kind's (one per scope where it learns),
+        # cut by price where the server's --draft-cut says (the pair built it so)
+        try:
+            drafter = pair.drafter_for(spec.draft_kind, scope) if spec.drafts else None
+        except BadValue as exc:
+            raise setting_error(exc) from None
         jobs = []
         for j, prompt in enumerate(prompts):
             room = pair.n_ctx - len(prompt)
@@ -286,27 +292,19 @@ class Scheduler:
                                           logprobs=request.logprobs is not None and request.sampling.greedy,
                                           bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
                                           adaptive=self.settings.adaptive, reuse=self.settings.reuse,
-                                          draft_cut=self.settings.draft_cut,
                                           stop=request.stop)  # the loop ends the sequence in the round that stops
-                config = self.price(config, drafter)
                 jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
                                 should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter,
                                 scope=scope))
         return jobs
 
     def scoring_jobs(self, prompts: Sequence[Sequence[int]], top: int, ticket: Ticket[Scored],
-                     scope: object = None) -> list[Job]:
-        """One carrier job per prompt (``relaxtui.serve.scoring``): prompt j's scores come back as choice j."""
-        pair = self.pair
-        assert pair is not None
-        jobs = []
-        for j, prompt in enumerate(prompts):
-            probe = ScoringProbe(pair.verifier, prompt, top, functools.partial(ticket.should_stop, j))
-            jobs.append(Job([prompt[0]], CARRIER, None, speculative=True, tag=(ticket, j),
-                            should_stop=probe.should_stop, drafter=probe, scope=scope))
-        return jobs
+                     scope: object = None) -> list[ReadJob]:
+        """One read job per prompt (``relaxtui.serve.scoring``): prompt j's scores come back as choice j."""
+        return [ReadJob(Scoring(prompt, top), tag=(ticket, j), should_stop=functools.partial(ticket.should_stop, j),
+                        scope=scope) for j, prompt in enumerate(prompts)]
 
-    def submit(self, jobs: Sequence[Job]) -> None:
+    def submit(self, jobs: Sequence[Job | ReadJob]) -> None:
         """Queue a request's jobs, all or none: 503 (with Retry-After) while loading, when full, or shutting down."""
         if self.state != "ready" or self.executor is None:
             raise self.unavailable()
@@ -333,11 +331,10 @@ class Scheduler:
         return ApiError(503, "the server is shutting down", kind="unavailable_error")
 
     # -- the model thread's side --------------------------------------------------------------------------------
-    def _on_event(self, job: Job, event: Event) -> None:
+    def _on_event(self, job: Job | ReadJob, event: Event | Read) -> None:
         ticket, choice = job.tag
-        if isinstance(job.drafter, ScoringProbe):  # a scoring request's carrier: its end hands back the scores
-            if isinstance(event, Finished):
-                ticket.deliver(choice, self._scored(job.drafter))
+        if isinstance(event, Read):  # a scoring request's prompt, read
+            ticket.deliver(choice, self._scored(event))
             return
         if isinstance(event, TokenEvent):
             self.metrics.observe_tokens(1)
@@ -345,15 +342,15 @@ class Scheduler:
             self.metrics.observe_finished(event.metrics)
         ticket.deliver(choice, event)
 
-    def _scored(self, probe: ScoringProbe) -> ScoredPrompt | Failure:
-        if probe.result is not None:
-            self.metrics.observe_scored(len(probe.result.tokens), probe.result.seconds)
-            return probe.result
-        if probe.error is not None:
-            return Failure(f"scoring failed: {probe.error}")
+    def _scored(self, read: Read) -> ScoredPrompt | Failure:
+        if isinstance(read.value, ScoredPrompt):
+            self.metrics.observe_scored(len(read.value.tokens), read.value.seconds)
+            return read.value
+        if not read.stopped:
+            return Failure(f"scoring failed: {read.value}")
         return Failure("the server is shutting down" if self._drain is not None else "scoring was stopped", 503)
 
-    def _on_error(self, exc: BaseException, jobs: list[Job]) -> None:
+    def _on_error(self, exc: BaseException, jobs: list[Job | ReadJob]) -> None:
         line = " ".join(str(exc).split()) or type(exc).__name__
         self.log(f"relaxtui serve: the batch failed ({type(exc).__name__}: {line[:300]}); {len(jobs)} sequence(s) "
                  "lost, the server goes on")

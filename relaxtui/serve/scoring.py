@@ -7,13 +7,11 @@ position, and the row after the last token (a one-token completion is drawn from
 model the server already holds, on the model thread, in a sequence of the running context:
 
 **How a scoring request rides the batch.** It is queued like any generation (same queue, same bound, same drain):
-one carrier job per prompt, whose drafter is a ``ScoringProbe``. The batched loop opens the carrier's slot between
-two rounds, empties that sequence for the carrier's one-token prompt, and calls the drafter's ``begin(seq, …)``:
-that call — on the model thread, with the carrier's own empty sequence, while every other sequence waits between
-rounds — is where the prompt is decoded, in chunks, with every row kept. ``begin`` then answers "stopped", so the
-loop ends the carrier at once without a round; its ``Finished`` event tells the scheduler to hand the result back.
-Nothing else in the loop changes, and no second model is loaded. A long prompt holds the other sequences for its
-decode, as a lone prefill does.
+one ``ReadJob`` per prompt (``decoding/batched.py``), whose read is a ``Scoring``. The batched loop gives it a free
+sequence between two rounds and calls it there — on the model thread, while every other sequence waits between
+rounds — where the prompt is decoded, in chunks, with every row kept; the loop's ``Read`` event hands the result
+back to the scheduler. No second model is loaded. A long prompt holds the other sequences for its decode, as a lone
+prefill does.
 
 ``prompt_logprobs`` is the one function that calls the model (adapt it, and only it, to a change of the model
 API).
@@ -22,13 +20,11 @@ API).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest
-from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import SamplingParams, process, sample, spawn_generators
 from relaxtui.engine.api import Model
 
@@ -123,34 +119,14 @@ def next_token(scored: ScoredPrompt, sampling: SamplingParams, seed: int, top: i
     return NextToken(token, float(row[token]), tops_of(row[None], np.zeros(1), top)[0])
 
 
-class ScoringProbe(BaseDrafter):
-    """The drafter of a scoring request's carrier job: it drafts nothing; ``begin`` scores the prompt (module
-    docstring). ``result`` holds the scores, ``error`` what went wrong; neither: it was stopped first."""
+class Scoring:
+    """A scoring request's read (``batched.ReadJob.read``): the prompt's scores, or what went wrong as a line."""
 
-    traits = DrafterTraits(kind="score", has_distribution=False)
+    def __init__(self, tokens: Sequence[int], top: int) -> None:
+        self.tokens, self.top = list(tokens), top
 
-    def __init__(self, model: Model, tokens: Sequence[int], top: int, cancelled: Callable[[], bool]) -> None:
-        self.model, self.tokens, self.top, self.cancelled = model, list(tokens), top, cancelled
-        self.result: ScoredPrompt | None = None
-        self.error: str | None = None
-        self.done = False
-
-    def should_stop(self) -> bool:
-        """The carrier's own stop request: once scored (the loop then ends it), or when its client is gone."""
-        return self.done or self.cancelled()
-
-    def begin(self, seq: int, prompt: Sequence[int], *, reuse: ReusePolicy = "exact",
-              should_stop: Callable[[], bool] = lambda: False) -> bool:
-        if not should_stop():  # the loop is stopping, or the request was cancelled or is past its deadline
-            try:
-                self.result = prompt_logprobs(self.model, seq, self.tokens, self.top)
-            except Exception as exc:  # noqa: BLE001 - this request's failure, never the batch's
-                self.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-        self.done = True
-        return False  # nothing to generate: the loop ends the carrier now, without a round
-
-    def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
-        return [Draft([], None, None) for _ in requests]
-
-    def step(self, seq: int, context: Sequence[int]) -> None:
-        """Nothing to time."""
+    def __call__(self, model: Model, seq: int) -> ScoredPrompt | str:
+        try:
+            return prompt_logprobs(model, seq, self.tokens, self.top)
+        except Exception as exc:  # noqa: BLE001 - this request's failure, never the batch's
+            return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"

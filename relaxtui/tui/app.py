@@ -63,7 +63,7 @@ class RelaxApp(App[None]):
     ]
 
     # the workers' messages, here too so that ``RelaxApp.TokensReceived`` names them
-    Loaded, LoadFailed, Progress = workers.Loaded, workers.LoadFailed, workers.Progress
+    Loaded, LoadFailed, Progress, Measured = workers.Loaded, workers.LoadFailed, workers.Progress, workers.Measured
     GenerationStarted, TokensReceived = workers.GenerationStarted, workers.TokensReceived
     GenerationFinished, GenerationFailed = workers.GenerationFinished, workers.GenerationFailed
 
@@ -88,6 +88,7 @@ class RelaxApp(App[None]):
         self._reply_settings = self.settings
         self._reply_start = 0  # index in ``events`` of the current reply's first token
         self._quitting = False
+        self._measuring = False  # a background slice is queued or running
         self._current: AssistantMessage | None = None
         self.last_metrics: Metrics | None = None
 
@@ -149,7 +150,9 @@ class RelaxApp(App[None]):
     def models_loaded(self, message: workers.Loaded) -> None:
         if self._quitting:
             return
-        self.query_one(StatsPanel).set_cost(message.cost)
+        if message.cost is not None:
+            self.query_one(StatsPanel).set_cost(message.cost)
+        self.measure_in_background()
         if self._resume_models(message.drafters):
             return  # switching to the saved chat's drafter: another Loaded follows
         self.ready = True
@@ -163,6 +166,27 @@ class RelaxApp(App[None]):
         self.query_one(SettingsPanel).show_settings(self.settings, message.drafters,
                                                     self.engine.models()[0].file_name)
         self._status_idle()
+
+    def measure_in_background(self) -> None:
+        """One slice of what the engine measures in the background (its verify prices, its round costs), queued on
+        the model thread behind any reply asked for already; the next is queued when it ends (``measured``)."""
+        if not self._measuring:
+            self._measuring = True
+            self.run_worker(partial(workers.background_step, self.engine, self.post_message), thread=True,
+                            exit_on_error=False, group="background")
+
+    @on(workers.Measured)
+    def measured(self, message: workers.Measured) -> None:
+        self._measuring = False
+        if self._quitting:
+            return
+        if message.cost is not None and self.query_one(StatsPanel).cost is not message.cost:
+            self.query_one(StatsPanel).set_cost(message.cost)
+        if message.priced:
+            self.notify("this machine's verify prices are measured: replies' drafts are cut by price from now on",
+                        title="priced drafting", timeout=6)
+        if message.more:
+            self.measure_in_background()
 
     def _resume_models(self, drafters: list[str]) -> bool:
         """For a resumed chat: switch to its drafter when it is here (True: a switch is under way, the next Loaded

@@ -9,38 +9,27 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from relaxtui import checks
 from relaxtui.costmodel.calibrate import LoopCosts
 from relaxtui.decoding.config import GenerationConfig
-from relaxtui.decoding.drafters import (
-    KINDS,
-    STANDALONE_KINDS,
-    Drafter,
-    DrafterOptions,
-    Openers,
-    drafter_kind,
-    make_drafter,
-)
+from relaxtui.decoding.drafters import KINDS, STANDALONE_KINDS, Drafter, DrafterOptions, drafter_kind
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.api import Model
-from relaxtui.engine.fake import FAKE_WORDS, FakeBackend, demo_tables
+from relaxtui.engine.fake import FAKE_WORDS
 from relaxtui.options import DRAFT_KIND
 from relaxtui.rules import Rule, make
 from relaxtui.text import Message
 
 if TYPE_CHECKING:  # imported lazily at run time: only the real engine loads llama.cpp (--fake runs without it)
     from relaxtui.engine.llama import LlamaModel
-    from relaxtui.session import LoadedPair, ModelOptions
+    from relaxtui.session import ModelOptions, Pair
 
 NO_DRAFTER = "none"
 FAKE_DRAFTER = "fake-drafter"  # the fake pair's drafter LM, as the settings panel offers it
@@ -157,17 +146,21 @@ def fake_costs(step_s: float = 0.1, c_rel: float = 0.3) -> LoopCosts:
 
 
 class ChatEngine:
-    """Interface (and shared streaming logic); subclasses own the models.
+    """Interface (and shared streaming logic) over a loaded ``session.Pair``; subclasses load it.
 
-    ``lock`` is held by whoever uses the models (load, a reply, a drafter switch, close): two replies never
-    share a KV cache, and models are never freed under a running decode."""
+    ``lock`` is held by whoever uses the models (load, a reply, a drafter switch, a background slice, close): two
+    replies never share a KV cache, and models are never freed under a running decode. What a chat measures (this
+    machine's verify prices, its round costs) runs in the background, a slice at a time on the app's model thread
+    between replies (``background_step``): the chat takes its first message at once."""
 
+    pair: Pair | None = None
     verifier: Model
-    drafter: Drafter | None
+    drafter: Drafter | None = None
     drafter_name: str = NO_DRAFTER
     verifier_name: str = "verifier"
     supports_thinking: bool = False
     lock: threading.Lock
+    costs: LoopCosts | None = None  # this machine's round costs for the drafter in use (None: not measured yet)
 
     def models(self) -> tuple[ModelInfo, ModelInfo]:
         """(verifier, drafter) as loaded now: what a saved chat records and a resumed one compares against."""
@@ -183,10 +176,20 @@ class ChatEngine:
         """The kind of the drafter in use, as its traits declare it ("none" without one)."""
         return self.drafter.traits.kind if self.drafter is not None else NO_DRAFTER
 
-    def load(self, progress: Callable[[str], None]) -> LoopCosts:
+    @property
+    def priced(self) -> bool:
+        """Whether the next reply's drafts are cut by this machine's verify prices (they are known, and the drafter
+        in use is one the pair cuts)."""
+        return (self.drafter is not None and self.drafter.traits.cut is not None and self.pair is not None
+                and self.pair.prices() is not None)
+
+    def load(self, progress: Callable[[str], None]) -> LoopCosts | None:
+        """Load the pair and start what it measures in the background; the round costs when already known."""
         raise NotImplementedError
 
-    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts | None:
+        """Switch drafters through the pair (a standalone kind keeps one instance for the whole chat: its corpus
+        learns across turns); the new drafter's round costs are measured in the background."""
         raise NotImplementedError
 
     def drafter_choices(self) -> list[str]:
@@ -201,25 +204,61 @@ class ChatEngine:
     def clock(self) -> Callable[[], float] | None:
         return None
 
-    def price(self, config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
-        """The turn's config with the verify prices its drafts are cut by (docs/method.md#priced-drafts): none here;
-        an engine whose models can be timed measures them (``LlamaChatEngine``)."""
-        return config
+    def background_step(self) -> bool:
+        """One slice of what the chat measures in the background (under ``lock``, on the model thread, between
+        replies); whether more remain."""
+        return self.pair is not None and self.pair.background.step()
 
     def stream(self, messages: Sequence[Message], settings: ChatSettings,
                should_stop: Callable[[], bool]) -> Iterator[Event]:
         rule, config = settings.validated()
         tokens = self.prompt_tokens(messages, settings.thinking)
         drafter = self.drafter if settings.draft_max > 0 else None
-        config = self.price(config, drafter)
+        if self.pair is not None:
+            self.pair.background.touched()  # a measurement between replies sets itself up again
         clock = self.clock()
         if clock is None:  # the loop's own timer
             return generate(self.verifier, tokens, config, drafter=drafter, rule=rule, should_stop=should_stop)
         return generate(self.verifier, tokens, config, drafter=drafter, rule=rule, should_stop=should_stop,
                         clock=clock)
 
+    def _choose(self, name: str, own: str, progress: Callable[[str], None]) -> None:
+        """The drafter the settings panel's ``name`` drafts with: none, the pair's own (the choice ``own``), a
+        standalone kind (kept by the pair), or another drafter LM file."""
+        assert self.pair is not None
+        kind = choice_kind(name)
+        if name == NO_DRAFTER:
+            self.drafter = None
+        elif name == own and self.pair.drafter is not None:
+            self.drafter = self.pair.drafter  # back to the command line's drafter (an MTP head: one per verifier)
+        elif drafter_kind(kind).standalone:
+            self.drafter = self.pair.drafter_for(kind)  # one instance for the chat: its corpus of earlier turns kept
+        else:
+            progress(f"loading drafter {name}…")
+            self.drafter = self.pair.drafter_file(name, kind)
+        self.drafter_name = name
+
+    def _measure_in_background(self, progress: Callable[[str], None]) -> None:
+        """Queue this machine's round costs for the drafter in use (the live predicted speed-up and break-even
+        line), after the verify prices; said once when they are there."""
+        assert self.pair is not None
+        from relaxtui.costmodel.calibrate import calibration_slices
+
+        self.costs = None
+        drafter = self.drafter
+
+        def measured(costs: LoopCosts) -> None:
+            if self.drafter is drafter:  # (not for a drafter switched away from meanwhile)
+                self.costs = costs
+        self.pair.background.add("this machine's round costs", calibration_slices(
+            self.verifier, drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(), repeats=2), measured)
+
     def close(self) -> None:
-        pass
+        """Free the models once nothing uses them (a reply still stopping holds the lock for one round)."""
+        with self.lock:
+            if self.pair is not None:
+                self.pair.close()
+                self.pair = None
 
 
 class LlamaChatEngine(ChatEngine):
@@ -230,46 +269,26 @@ class LlamaChatEngine(ChatEngine):
     def __init__(self, options: ModelOptions) -> None:
         self.options = options
         self.lock = threading.Lock()
-        self.pair: LoadedPair | None = None
-        self.drafter = None
         self.started = drafter_choice(options.draft_kind, options.drafter)  # the command line's, always offered
         self.drafter_name = self.started
         self.verifier_name = options.verifier
-        self.kept: dict[str, Drafter] = {}
 
-    def load(self, progress: Callable[[str], None]) -> LoopCosts:
-        """Load the pair (once: an app started on an engine that is already loaded reuses its models)."""
+    def load(self, progress: Callable[[str], None]) -> LoopCosts | None:
+        """Load the pair (once: an app started on an engine that is already loaded reuses its models); what it
+        measures starts in the background."""
         from relaxtui.session import chat_template, load_pair
 
         if self.pair is None:
             progress(f"loading {self.options.verifier} and {self.options.drafter or 'no drafter'}…")
             self.pair = load_pair(self.options)
-        self.verifier = self.pair.verifier
-        self.drafter = self.pair.drafter
-        self.template = chat_template(self.pair.verifier)
-        self.supports_thinking = self.template.supports_thinking
-        return self._measure(progress)
-
-    def _measure(self, progress: Callable[[str], None]) -> LoopCosts:
-        """This machine's round costs (a few seconds), for the live predicted speed-up and break-even line."""
-        from relaxtui.costmodel.calibrate import calibrate
-
-        progress("timing this machine's round costs…")
-        costs = calibrate(self.verifier, self.drafter, max_block=CALIBRATED_MAX_DRAFT + 1, sampling=SamplingParams(),
-                          repeats=2)
-        if self.drafter is not None and self.pair is not None:  # priced drafting's verify prices, now, not mid-turn
-            from relaxtui.costmodel.verify_prices import pricer
-
-            pricer(self.pair, self.options, log=progress)(GenerationConfig(draft_max=1), self.drafter)
-        return costs
-
-    def price(self, config: GenerationConfig, drafter: Drafter | None) -> GenerationConfig:
-        """Measured at load or at a drafter switch (``_measure``, with progress), never mid-turn: once per verifier
-        (cached on disk too), for every drafter the chat switches to."""
-        from relaxtui.costmodel.verify_prices import pricer
-
-        assert self.pair is not None, "load() comes first"
-        return pricer(self.pair, self.options, measure=False)(config, drafter)
+            self.verifier = self.pair.verifier
+            self.drafter = self.pair.drafter
+            self.template = chat_template(self.pair.verifier)
+            self.supports_thinking = self.template.supports_thinking
+            self.pair.background.log = progress
+            self.pair.start_pricing(progress)
+            self._measure_in_background(progress)
+        return self.costs
 
     def drafter_choices(self) -> list[str]:
         from relaxtui.models.store import list_models
@@ -277,29 +296,12 @@ class LlamaChatEngine(ChatEngine):
         names = [info.path.name for info in list_models() if info.vocab_size == self.verifier.n_vocab]
         return offered(self.started, names)
 
-    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
-        """Switch drafters through the same factory as the command line, with every option (GPU layers, p-min,
-        n-gram sizes); a drafter that does not fit the verifier is one error and the old one stays."""
-        from relaxtui.session import load_drafter
-
-        old = self.drafter
-        kind = choice_kind(name)
-        if name == NO_DRAFTER:
-            self.drafter = None
-        elif name == self.started and self.pair is not None and self.pair.drafter is not None:
-            self.drafter = self.pair.drafter  # back to the command line's drafter (an MTP head: one per verifier)
-        elif name in self.kept:
-            self.drafter = self.kept[name]  # a standalone kind again: its corpus of earlier turns kept
-        else:
-            if drafter_kind(kind).model_file:
-                progress(f"loading drafter {name}…")
-            self.drafter = load_drafter(replace(self.options, drafter=name, draft_kind=kind), self.verifier)
-            if self.drafter is not None and drafter_kind(kind).standalone:
-                self.kept[name] = self.drafter
-        if old is not None and self.pair is not None and old is not self.pair.drafter and old not in self.kept.values():
-            old.close()
-        self.drafter_name = name
-        return self._measure(progress)
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts | None:
+        """Through the pair, with every option of the command line's (GPU layers, p-min, n-gram sizes); a drafter
+        that does not fit the verifier is one error and the old one stays."""
+        self._choose(name, self.started, progress)
+        self._measure_in_background(progress)
+        return self.costs
 
     def prompt_tokens(self, messages: Sequence[Message], thinking: bool) -> list[int]:
         from relaxtui.session import conversation_tokens
@@ -310,78 +312,43 @@ class LlamaChatEngine(ChatEngine):
     def piece(self, token: int) -> str:
         return self.verifier.token_piece(token).decode("utf-8", errors="replace")
 
-    def close(self) -> None:
-        """Free the models once nothing uses them (a reply still stopping holds the lock for one round)."""
-        with self.lock:
-            if self.pair is not None:
-                if self.drafter is not None and self.drafter is not self.pair.drafter:
-                    self.drafter.close()
-                for kept in self.kept.values():
-                    if kept is not self.drafter:
-                        kept.close()
-                self.kept.clear()
-                self.pair.close()
-                self.pair = None
-
-
-
 
 class FakeChatEngine(ChatEngine):
-    """Deterministic demo engine: a 16-word Markov 'verifier' and a noisier 'drafter' through the real loop."""
-
-    verifier: FakeBackend
+    """Deterministic demo engine: the fake pair (``session.fake_pair``: a 16-word Markov 'verifier' and a noisier
+    'drafter') through the real loop, with a deterministic clock."""
 
     def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096,
                  gate: threading.Event | None = None, gate_after: int = 0, drafter: str = FAKE_DRAFTER,
-                 drafting: DrafterOptions | None = None) -> None:
+                 drafting: DrafterOptions | None = None, prices: Sequence[float] | None = None,
+                 prices_gate: threading.Event | None = None) -> None:
         """``delay_s`` slows every verifier step; ``gate`` holds the verifier's ``gate_after``-th step until it is
         set, so a test can act "during a reply" without racing the machine's speed; ``drafter``: the choice it
         starts with (the fake drafter LM, a standalone kind, or none); ``drafting``: the command line's drafter
-        settings (n-gram sizes, suffix's), which every kind it builds gets."""
-        self.drafting = drafting or DrafterOptions()
-        vocab = len(FAKE_WORDS)
-        target, draft = demo_tables(seed)
-        pieces = [w.encode() for w in FAKE_WORDS]
-        calls = itertools.count(1)
+        settings (n-gram sizes, suffix's), which every kind it builds gets; ``prices``: stand-in verify prices, known
+        once ``prices_gate`` is set (a measurement in the background that has not ended)."""
+        from relaxtui.session import fake_pair
 
-        def verifier_logits(context: tuple[int, ...]) -> np.ndarray:
-            if delay_s:
-                time.sleep(delay_s)
-            if gate is not None and next(calls) == gate_after:
-                gate.wait(timeout=120)  # never hang a test run forever
-            return target[context[-1]]
-
-        self.verifier = FakeBackend(verifier_logits, vocab, pieces=pieces, n_ctx=n_ctx)
-        self._draft_model = FakeBackend(lambda ctx: draft[ctx[-1]], vocab, pieces=pieces, n_ctx=n_ctx)
+        self.pair = fake_pair(seed=seed, n_ctx=n_ctx, delay_s=delay_s, gate=gate, gate_after=gate_after,
+                              drafting=drafting, prices=prices, prices_gate=prices_gate)
+        self.verifier = self.pair.verifier
         self.verifier_name = "fake-verifier"
         self.step_s = step_s
         self.lock = threading.Lock()
-        self.kept: dict[str, Drafter] = {}
+        self.costs = fake_costs(step_s)  # the same step the fake rounds report, so measured and model agree
         self.set_drafter(drafter, lambda text: None)
 
-    def load(self, progress: Callable[[str], None]) -> LoopCosts:
+    def load(self, progress: Callable[[str], None]) -> LoopCosts | None:
         progress("loading fake models…")
-        return fake_costs(self.step_s)  # the same step the fake rounds report, so measured and model agree
+        if self.pair is not None:
+            self.pair.start_pricing(progress)
+        return self.costs
 
     def drafter_choices(self) -> list[str]:
         return offered(FAKE_DRAFTER, [FAKE_DRAFTER])
 
-    def _fake(self, kind: str) -> Drafter:
-        """A drafter of ``kind`` built by the real factory around the fake draft model."""
-        return make_drafter(replace(self.drafting, kind=kind), self.verifier,
-                            Openers(model=lambda _: self._draft_model))
-
-    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts:
-        kind = choice_kind(name)
-        if name == NO_DRAFTER:
-            self.drafter = None
-        else:  # a standalone kind keeps one instance for the whole chat (its corpus learns across turns)
-            kept = self.kept.get(name)
-            self.drafter = kept if kept is not None else self._fake(kind)
-            if drafter_kind(kind).standalone:
-                self.kept[name] = self.drafter
-        self.drafter_name = name
-        return self.load(progress)
+    def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts | None:
+        self._choose(name, FAKE_DRAFTER, progress)
+        return self.costs
 
     def prompt_tokens(self, messages: Sequence[Message], thinking: bool) -> list[int]:
         return [len(messages) % self.verifier.n_vocab, sum(len(m.content) for m in messages) % self.verifier.n_vocab]
@@ -393,4 +360,5 @@ class FakeChatEngine(ChatEngine):
         ticks = itertools.count()
         return lambda: next(ticks) * self.step_s
 
-
+    def close(self) -> None:
+        """Nothing to free: fake models (an app may be started again on the same engine)."""

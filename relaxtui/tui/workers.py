@@ -4,7 +4,8 @@ messages (``post_message`` is thread-safe).
 
 A model load ends in Loaded or LoadFailed (with Progress lines on the way); a reply is a Started / Tokens… /
 Finished-or-Failed sequence tagged with its generation number, so the app can drop the messages of a reply
-it no longer shows (stopped by ctrl+n, or arriving after quit).
+it no longer shows (stopped by ctrl+n, or arriving after quit). What the chat measures in the background runs a
+slice per worker (``background_step``), each ending in Measured: a reply asked for meanwhile goes first.
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ Post = Callable[[Message], object]
 
 @dataclass
 class Loaded(Message):
-    cost: LoopCosts
+    cost: LoopCosts | None  # None: measured in the background (Measured brings it)
     drafters: list[str]  # found in the worker: listing reads every GGUF header, too slow for the UI thread
+
+
+@dataclass
+class Measured(Message):
+    """A slice of background measurement ran: what is known now, and whether more remain."""
+
+    cost: LoopCosts | None
+    priced: bool  # the verify prices arrived in this slice: replies' drafts are cut by them from now on
+    more: bool
 
 
 @dataclass
@@ -85,6 +95,20 @@ def load_models(engine: ChatEngine, post: Post) -> None:
         post(LoadFailed(f"model load failed: {exc}"))
         return
     post(Loaded(cost, drafters))
+
+
+def background_step(engine: ChatEngine, post: Post) -> None:
+    """One slice of what the chat measures in the background (between replies, on the model thread)."""
+    try:
+        with engine.lock:
+            known = engine.pair is not None and engine.pair.prices() is not None
+            more = engine.background_step()
+            priced = not known and engine.pair is not None and engine.pair.prices() is not None
+            cost = engine.costs
+    except Exception as exc:  # noqa: BLE001 - a measurement must not kill the app
+        post(Progress(f"background measurement failed: {exc}"))
+        return
+    post(Measured(cost, priced, more))
 
 
 def switch_drafter(engine: ChatEngine, name: str, post: Post) -> None:

@@ -164,8 +164,9 @@ def test_the_chat_flag_uses_the_same_check(setting):
 
 # -- the manifest -----------------------------------------------------------------------------------------------------
 def a_manifest() -> dict[str, object]:
-    options = ModelOptions(verifier="v.gguf", drafter="d.gguf", parallel=2, threads=4)
-    plan = EvalPlan(rules=("strict",), draft_max=(2,), draft_cut="priced")  # (named in the manifest where it cuts)
+    options = ModelOptions(verifier="v.gguf", drafter="d.gguf", parallel=2, threads=4,
+                           draft_cut="priced")  # (named in the manifest where it cuts)
+    plan = EvalPlan(rules=("strict",), draft_max=(2,))
     return RunIdentity.of(get("aime"), options, plan, thinking=None, data=Path("x.jsonl")).manifest()
 
 

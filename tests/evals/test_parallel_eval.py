@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from relaxtui.decoding.drafters import ModelDrafter
+from relaxtui.decoding.priced import PricedDrafter
 from relaxtui.engine.capacity import capacity, check_parallel, kv_bytes_per_token
 from relaxtui.engine.fake import FakeBackend
 from relaxtui.errors import UserError
@@ -113,20 +113,16 @@ def test_parallel_beyond_the_context_is_one_line_with_the_largest_k(capsys, test
 
 
 @pytest.mark.parametrize("n_seq", [1, 4])
-def test_both_executors_price_each_units_config_for_the_drafter_that_runs_it(tmp_path, n_seq):
-    """Priced drafting in eval: every unit's config goes through the executor's pricer with its own drafter (None for
-    the verifier alone), and the cut it returns is what the unit runs with (each draft of 3 cut to at most 1)."""
-    seen = []
-
-    def price(config, drafter):
-        seen.append((config.draft_max, drafter is not None))
-        return replace(config, draft_cut="priced", verify_prices=(1.0, 1.1, 9.0, 9.0)) if drafter else config
-
+def test_both_executors_run_a_drafter_cut_by_price_as_any_drafter(tmp_path, n_seq):
+    """Priced drafting in eval: the pair hands the executors a drafter that cuts its own drafts (a PricedDrafter), and
+    the cut is what every speculative unit runs with (each draft of 3 cut to at most 1); the verifier alone drafts
+    nothing."""
+    prices = (1.0, 1.1, 9.0, 9.0)
     store = ResultsStore(tmp_path / f"priced{n_seq}")
+    drafter = PricedDrafter(ModelDrafter(digits(2, n_seq), 10), lambda: prices, 10)
     run_eval(get("aime"), get("aime").load()[:3], PLAN, RunIdentity({"task": "aime", "note": "priced"}), store,
-             digits(1, n_seq), ModelDrafter(digits(2, n_seq), 10), lambda sample: [len(sample.id) % 10], price=price)
+             digits(1, n_seq), drafter, lambda sample: [len(sample.id) % 10])
     records = list(store.records())
-    assert len(seen) == len(records) == 18
-    assert sorted(set(seen)) == [(0, False), *sorted({(n, True) for n in PLAN.draft_max})]
+    assert len(records) == 18
     assert all(max(r["draft_lengths"], default=0) <= 1 for r in records)
     assert any(max(r["draft_lengths"], default=0) == 1 for r in records if r["config"]["draft_max"] > 1)

@@ -14,7 +14,6 @@ import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import replace
 
 import numpy as np
 import openai
@@ -30,7 +29,7 @@ from relaxtui.rules import make
 from relaxtui.serve.app import ServeSettings, build_app
 from relaxtui.serve.pair import FakeServedPair
 from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, Speculative, parse_request
-from relaxtui.serve.scheduler import LoopSettings, Scheduler, Ticket
+from relaxtui.serve.scheduler import Scheduler, Ticket
 from tests.support.markov import random_table
 from tests.support.servers import GREEDY, WAIT_S, client, raw, running
 
@@ -565,62 +564,52 @@ def test_an_idle_server_takes_a_request_larger_than_the_queue_limit():
         assert status == 400 and json.loads(payload)["error"]["param"] == "n"
 
 
-def test_every_requests_config_carries_the_servers_draft_cut_through_its_pricer():
-    """Priced drafting in serve: --draft-cut reaches each job's config, which goes through the scheduler's pricer with
-    the drafter of the kind the request asked for; the fake pair has no costs to measure, so nothing is priced."""
-    scheduler = Scheduler(lambda: FakeServedPair(1), max_queue=4, settings=LoopSettings(draft_cut="priced"))
+CPU = (1.0, 1.56, 1.9, 1.73, 2.22, 2.63, 3.02, 3.25, 3.48)  # v(1..9) measured on a 2-core Xeon
+
+
+@pytest.mark.parametrize(("cut", "cut_kinds"), [("auto", {"suffix"}), ("priced", {"suffix", "model"}),
+                                                ("none", set())])
+def test_each_requests_drafter_is_cut_where_the_servers_draft_cut_says(cut, cut_kinds):
+    """--draft-cut is the pair's: each kind a request may ask for is built once, cut by price (a PricedDrafter that
+    reads the pair's prices) where the policy says so; a request's config carries no cut and no prices."""
+    from relaxtui.decoding.drafters import DrafterOptions
+
+    pair = FakeServedPair(1, prices=CPU, drafting=DrafterOptions(draft_cut=cut))
+    scheduler = Scheduler(lambda: pair, max_queue=4, log=lambda line: None)
     scheduler.start(wait=True)
     defaults = Defaults(Speculative("strict", None, 3, "model"), GREEDY, 0, None, None, DRAFT_KINDS)
     try:
         loop = asyncio.new_event_loop()
         ticket = Ticket(loop, 1, time.monotonic() + WAIT_S)
-        request = parse_request({"prompt": [0], "max_tokens": 4, "speculative": {"draft_kind": "suffix"}}, chat=False,
-                                defaults=defaults, n_vocab=6)
-        (job,) = scheduler.jobs(request, [[0]], ticket, "prompt")
-        assert job.config.draft_cut == "priced" and job.config.verify_prices == ()
-        seen = []
-        scheduler.price = lambda config, drafter: seen.append(drafter.traits.kind) or replace(
-            config, verify_prices=(1.0, 1.5, 1.9, 1.7))
-        (job,) = scheduler.jobs(request, [[0]], ticket, "prompt")
-        assert seen == ["suffix"] and job.config.verify_prices == (1.0, 1.5, 1.9, 1.7)
-        loop.close()
-    finally:
-        scheduler.close()
-
-
-def test_a_server_measures_its_verify_prices_at_load_and_never_while_requests_run(tmp_path, monkeypatch):
-    """The real pricer: measured once before the first request (a request that measured would decode on sequence 0
-    beside the running batch), then every request of any N is priced from that one measurement."""
-    from types import SimpleNamespace
-
-    from relaxtui.costmodel import verify_prices as vp
-    from relaxtui.session import ModelOptions
-
-    monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
-    monkeypatch.setattr(vp, "_known", type(vp._known)())
-    measured = []
-    monkeypatch.setattr(vp, "measure_prices", lambda verifier, blocks: measured.append(blocks) or
-                        ((1.0, 1.5, 1.9, 1.7), True))
-    model = tmp_path / "v.gguf"
-    model.write_bytes(b"GGUF")
-
-    pair = FakeServedPair(1)  # standing in for a loaded GGUF pair: its models and options, what the pricer reads
-    pair.loaded, pair.options = SimpleNamespace(verifier=pair.verifier, verifier_path=model), ModelOptions()
-    scheduler = Scheduler(lambda: pair, max_queue=4, profile="memory-bound", settings=LoopSettings(draft_max=3),
-                          log=lambda line: None)
-    scheduler.start(wait=True)
-    defaults = Defaults(Speculative("strict", None, 3, "model"), GREEDY, 0, None, None, DRAFT_KINDS)
-    try:
-        assert measured == [vp.MEASURED_BLOCKS]
-        loop = asyncio.new_event_loop()
-        ticket = Ticket(loop, 1, time.monotonic() + WAIT_S)
-        for n in (3, 40):
-            request = parse_request({"prompt": [0], "max_tokens": 4,
-                                     "speculative": {"draft_kind": "suffix", "draft_max": n}},
+        for kind in ("suffix", "model"):
+            request = parse_request({"prompt": [0], "max_tokens": 4, "speculative": {"draft_kind": kind}},
                                     chat=False, defaults=defaults, n_vocab=6)
             (job,) = scheduler.jobs(request, [[0]], ticket, "prompt")
-            assert len(job.config.verify_prices) == n + 1 and job.config.verify_prices[:4] == (1.0, 1.5, 1.9, 1.7)
-        assert measured == [vp.MEASURED_BLOCKS]
+            assert job.drafter.traits.kind == kind and (job.drafter.traits.cut == "priced") is (kind in cut_kinds)
+            assert not hasattr(job.config, "verify_prices") and not hasattr(job.config, "draft_cut")
         loop.close()
     finally:
         scheduler.close()
+
+
+def test_a_server_answers_before_its_prices_are_measured_and_cuts_drafts_once_they_are():
+    """serve listens at once: the verify prices are measured in the background, on the model thread while it is idle,
+    a slice at a time; a request meanwhile is answered with its drafts whole (the measurement here does not end
+    until the gate is set), and from the prices' arrival on, drafts are cut by them."""
+    gate = threading.Event()
+    pair = FakeServedPair(1, prices=CPU, prices_gate=gate)
+    with running(pair, parallel=1) as (url, scheduler):
+        assert scheduler.state == "ready" and pair.pair.prices() is None and pair.pair.background.pending
+        reply = client(url).completions.create(model="x", prompt=[0, 1, 2, 0, 1, 2, 0, 1], max_tokens=12,
+                                               extra_body={"speculative": {"draft_kind": "ngram", "draft_max": 8}})
+        assert reply.choices[0].text and not gate.is_set() and pair.pair.prices() is None  # answered meanwhile
+        lookup = pair.drafter_for("ngram")
+        assert lookup.traits.cut == "priced" and lookup.prices() is None  # its drafts were verified whole
+        gate.set()
+        deadline = time.monotonic() + WAIT_S
+        while pair.pair.prices() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pair.pair.prices() == CPU and not pair.pair.background.pending
+        client(url).completions.create(model="x", prompt=[0, 1, 2, 0, 1, 2, 0, 1], max_tokens=12,
+                                       extra_body={"speculative": {"draft_kind": "ngram", "draft_max": 8}})
+        assert lookup.prices()[:len(CPU)] == CPU  # the next request's drafts were cut at them

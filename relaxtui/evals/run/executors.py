@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from relaxtui.decoding.batched import Job
-from relaxtui.decoding.draft_cut import Pricer, unpriced
 from relaxtui.decoding.drafters import Drafter
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import generate
@@ -51,12 +50,10 @@ class _Local:
     verifier: Model
     drafter: Drafter | None
     tokenize: Callable[[Sample], list[int]]
-    price: Pricer  # each unit's config with the verify prices its drafts are cut by (priced drafting)
     _prompts: dict[str, list[int] | str]
 
     def config(self, plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule | None]:
-        config, rule = unit_config(plan, unit)
-        return self.price(config, self.drafter if unit.point.rule else None), rule
+        return unit_config(plan, unit)
 
     def start(self) -> None:
         pass
@@ -91,9 +88,8 @@ class _Local:
 class SequentialExecutor(_Local):
     """Runs units one at a time on one verifier/drafter pair (the one-sequence loop)."""
 
-    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
-                 price: Pricer = unpriced) -> None:
-        self.verifier, self.drafter, self.tokenize, self.price = verifier, drafter, tokenize, price
+    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
+        self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
         self._prompts = {}
 
     def run(self, task: Task, plan: EvalPlan, units: Sequence[WorkUnit],
@@ -121,9 +117,8 @@ class SequentialExecutor(_Local):
 class ParallelExecutor(_Local):
     """Runs units ``verifier.n_seq`` at a time on one pair whose contexts hold that many sequences."""
 
-    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
-                 price: Pricer = unpriced) -> None:
-        self.verifier, self.drafter, self.tokenize, self.price = verifier, drafter, tokenize, price
+    def __init__(self, verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> None:
+        self.verifier, self.drafter, self.tokenize = verifier, drafter, tokenize
         self._prompts = {}
 
     def _jobs(self, plan: EvalPlan, units: Sequence[WorkUnit]) -> Iterator[Job]:
@@ -155,9 +150,9 @@ class ParallelExecutor(_Local):
             yield make_record(task, job.tag, finished, plan)
 
 
-def local_executor(verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]],
-                   price: Pricer = unpriced) -> Executor:
-    """The executor for a local pair: the batched one when the verifier's context holds several sequences."""
+def local_executor(verifier: Model, drafter: Drafter | None, tokenize: Callable[[Sample], list[int]]) -> Executor:
+    """The executor for a local pair: the batched one when the verifier's context holds several sequences (its
+    drafter cut by price where the pair that built it says so)."""
     if verifier.n_seq > 1:
-        return ParallelExecutor(verifier, drafter, tokenize, price)
-    return SequentialExecutor(verifier, drafter, tokenize, price)
+        return ParallelExecutor(verifier, drafter, tokenize)
+    return SequentialExecutor(verifier, drafter, tokenize)

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from relaxtui.decoding.draft_cut import cuts_drafts
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.errors import UserError
 from relaxtui.session import drafter_options
@@ -49,9 +48,10 @@ class RunIdentity:
         # K sequences share every batch, so tokens/s is another regime: part of the identity (named only when
         # K > 1, so one-at-a-time folders from before keep resuming)
         batched = {"parallel": options.parallel} if options.parallel > 1 else {}
-        # priced drafting (docs/method.md#priced-drafts) verifies other drafts: named only where a run cuts them, so
-        # folders of model drafters from before keep resuming (prices are this machine's, as its timings are)
-        cut = {"draft_cut": "priced"} if cuts_drafts(plan.draft_cut, kind.holds_model) else {}
+        # priced drafting (docs/method.md#priced-drafts) verifies other drafts: named only where the pair's drafter is
+        # cut by price (its traits will say so: DrafterTraits.cut), so folders of model drafters from before keep
+        # resuming (prices are this machine's, as its timings are)
+        cut = {"draft_cut": "priced"} if kind.cuts(options.draft_cut) else {}
         settings = {
             **batched, **cut, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
             "drafter": Path(model_drafter).name if model_drafter else options.draft_kind,

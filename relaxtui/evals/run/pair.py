@@ -1,5 +1,6 @@
 """What every executor does with a loaded pair before it runs units: the prompts of a task's samples through
-the verifier's own chat template, and the cost profile of the machine that holds the pair.
+the verifier's own chat template, and the cost profile of the machine that holds the pair (measured by
+``costmodel.calibrate.measure_profile`` with the plan's N and sampling).
 
 Shared by the local executors and the Ray actors (which run on other nodes), so it lives with the runner and
 not in a command: the driver only saves what comes back.
@@ -13,12 +14,12 @@ from typing import TYPE_CHECKING
 from relaxtui.costmodel.profiles import THIS_MACHINE
 from relaxtui.evals.tasks.base import Sample
 
-__all__ = ["THIS_MACHINE", "measure_profile", "sample_tokenizer"]
+__all__ = ["THIS_MACHINE", "plan_profile", "sample_tokenizer"]
 
 if TYPE_CHECKING:
     from relaxtui.engine.llama import LlamaModel
     from relaxtui.evals.run.plan import EvalPlan
-    from relaxtui.session import LoadedPair
+    from relaxtui.session import Pair
 
 
 def sample_tokenizer(model: LlamaModel, *, thinking: bool | None = None) -> Callable[[Sample], list[int]]:
@@ -38,13 +39,11 @@ def sample_tokenizer(model: LlamaModel, *, thinking: bool | None = None) -> Call
     return tokenize
 
 
-def measure_profile(pair: LoadedPair, plan: EvalPlan, prompt: list[int]) -> str:
-    """The cost profile (JSON) of the machine holding ``pair``: run where the models are, saved by the driver."""
-    from relaxtui.costmodel.calibrate import calibrate, typical_context
-    from relaxtui.costmodel.measure import hardware_description
+def plan_profile(pair: Pair, plan: EvalPlan, prompt: list[int]) -> str:
+    """The cost profile (JSON) of the machine holding ``pair``, for ``plan``'s longest N and its sampling: run where
+    the models are, saved by the driver."""
+    from relaxtui.costmodel.calibrate import measure_profile
 
-    costs = calibrate(pair.verifier, pair.drafter, max_block=max(plan.draft_max) + 1, sampling=plan.sampling,
-                      context=typical_context(prompt, min(plan.max_tokens, 512)), repeats=5, seed=plan.seed)
-    profile = costs.profile(THIS_MACHINE, verifier=pair.verifier_path.name, drafter=pair.drafter_name,
-                            hardware=hardware_description())
-    return profile.to_json()
+    return measure_profile(pair.verifier, pair.drafter, verifier_name=pair.name, drafter_name=pair.drafter_name,
+                           max_block=max(plan.draft_max) + 1, sampling=plan.sampling, prompt=prompt,
+                           max_tokens=plan.max_tokens, seed=plan.seed).to_json()

@@ -24,7 +24,6 @@ class EvalPlan:
     bonus: str = "auto"
     draft_min: int = 0
     adaptive: bool = False
-    draft_cut: str = "auto"  # GenerationConfig.draft_cut: priced drafting (docs/method.md#priced-drafts)
     record_rows: bool = False  # speculative units keep their rounds' rows beside their records, for a replay of
     # other rules on the same drafts (costmodel/replay.py); not part of the run's identity: outputs do not change
 

@@ -94,7 +94,6 @@ class PairActor:
     """Holds one loaded pair on a node (wrapped by ``ray.remote`` at start-up, so ray stays optional)."""
 
     def __init__(self, options: ModelOptions, thinking: bool | None) -> None:
-        from relaxtui.costmodel.verify_prices import pricer
         from relaxtui.evals.run.executors import local_executor
         from relaxtui.evals.run.pair import sample_tokenizer
         from relaxtui.session import load_pair
@@ -104,8 +103,7 @@ class PairActor:
         try:
             self.pair = load_pair(options)  # with --parallel K, contexts that hold K sequences
             self.tokenize = sample_tokenizer(self.pair.verifier, thinking=thinking)
-            self.executor = local_executor(self.pair.verifier, self.pair.drafter, self.tokenize,
-                                           pricer(self.pair, options, measure=False))  # measured in prepare()
+            self.executor = local_executor(self.pair.verifier, self.pair.drafter, self.tokenize)  # priced: prepare()
         except UserError as exc:  # e.g. the model is not on this node: said by the driver, with the node
             self.error = str(exc)
 
@@ -114,14 +112,11 @@ class PairActor:
         return socket.gethostname(), self.error
 
     def prepare(self, plan: EvalPlan) -> None:
-        """Measure this node's verify prices when the plan cuts this drafter's drafts and they are not known yet:
-        called on one actor at a time while none decodes (actors that share a node would time each other)."""
-        from relaxtui.costmodel.verify_prices import verify_prices
-        from relaxtui.decoding.draft_cut import cuts_drafts
-
-        drafter = self.pair.drafter
-        if drafter is not None and cuts_drafts(plan.draft_cut, drafter.traits.holds_model):
-            verify_prices(self.pair, 2, threads=self.options.threads, gpu_layers=self.options.gpu_layers)
+        """Measure this node's verify prices when the pair cuts its drafter's drafts and the plan drafts, and they
+        are not known yet: called on one actor at a time while none decodes (actors that share a node would time
+        each other)."""
+        if plan.has_spec:
+            self.pair.price_drafts()
 
     def run(self, task: Task, plan: EvalPlan, units: list[WorkUnit]) -> Iterator[dict[str, Any]]:
         """Each unit's record as it finishes (a Ray generator: streamed to the driver one by one), made by the
@@ -130,9 +125,9 @@ class PairActor:
 
     def measure_profile(self, plan: EvalPlan, sample: Sample) -> str:
         """This node's cost profile as JSON, for the driver to save with the run."""
-        from relaxtui.evals.run.pair import measure_profile
+        from relaxtui.evals.run.pair import plan_profile
 
-        return measure_profile(self.pair, plan, self.tokenize(sample))
+        return plan_profile(self.pair, plan, self.tokenize(sample))
 
 
 @dataclass
