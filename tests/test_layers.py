@@ -1,6 +1,8 @@
 """The floors of the house, read from the source: ``engine/`` is the bottom and never imports ``decoding/``;
 ``decoding/`` sees the engine only through its protocol module (``relaxtui.engine.api``), never the llama.cpp
-wrapper, so a new backend or a fake plugs in below the loops without touching them."""
+wrapper, so a new backend or a fake plugs in below the loops without touching them; ``costmodel/`` stands on one floor,
+below the pair (``session.py``) and the faces; the round never sees priced drafting; and the faces ask the pair for
+their drafters."""
 
 from __future__ import annotations
 
@@ -47,8 +49,58 @@ def test_the_evals_wings_point_one_way():
     assert imports and {path: names for path, names in bad.items() if names} == {}
 
 
+def test_costmodel_imports_nothing_above_it():
+    """The cost model times and prices what the loops run: it may read decoding/, the engine and the rules, never the
+    pair that loads models (session.py), the models store, nor a face (evals, serve, tui, commands)."""
+    above = ("relaxtui.session", "relaxtui.pair", "relaxtui.models", "relaxtui.evals", "relaxtui.serve", "relaxtui.tui",
+             "relaxtui.commands")
+    found = imports_of("costmodel")
+    bad = {path: sorted(n for n in names if n.startswith(above)) for path, names in found.items()}
+    assert found and {path: names for path, names in bad.items() if names} == {}
+
+
+def test_the_round_does_not_import_the_cut():
+    """Priced drafting is a drafter (``decoding/priced.py``): the round's steps know nothing of it."""
+    names = imports_of("decoding")["decoding/round.py"]
+    assert "relaxtui.decoding.drafting" in names  # the scan reads the round
+    assert not names & {"relaxtui.decoding.draft_cut", "relaxtui.decoding.priced"}
+
+
+def faces_building_drafters() -> tuple[set[str], dict[str, list[str]]]:
+    """(what builds a drafter: the factory, every drafter class, the wrapper that prices one; every module outside
+    decoding/ and session.py that imports one of them): only the pair (``session.Pair``) builds drafters for the
+    faces."""
+    builders = {"make_drafter", "PricedDrafter"}
+    for path in sorted((PACKAGE / "decoding").glob("*.py")):  # every class that drafts: it declares ``traits``
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef) or any(getattr(b, "id", "") == "Protocol" for b in node.bases):
+                continue  # (the interface itself, ``Drafter``, is what every face types against)
+            declares = any("traits" in ast.unparse(s).split("=")[0].split(":")[0] for s in node.body
+                           if isinstance(s, ast.AnnAssign | ast.Assign))
+            if declares or any(getattr(b, "id", "") == "BaseDrafter" for b in node.bases):
+                builders.add(node.name)
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = str(path.relative_to(PACKAGE))
+        if name.startswith("decoding/") or name == "session.py":
+            continue
+        hits = [alias.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("relaxtui.decoding") for alias in node.names
+                if alias.name in builders]
+        if hits:
+            found[name] = hits
+    return builders, found
+
+
+def test_only_the_pair_builds_drafters_for_faces():
+    builders, found = faces_building_drafters()
+    assert {"ModelDrafter", "NgramDrafter", "SuffixDrafter", "PricedDrafter", "make_drafter"} <= builders
+    assert "Drafter" not in builders and found == {}
+
+
 def test_the_scan_sees_imports_at_every_level(tmp_path):
     """The checks above would pass on an empty scan: this one proves the scan finds top-level and lazy imports."""
     found = imports_of("decoding")
     assert "relaxtui.engine.api" in found["decoding/loop.py"]
     assert any("relaxtui.rules" in names for names in found.values())
+    assert "relaxtui.decoding.drafters" in imports_of("")["session.py"]  # (the pair's own import: the scan sees it)

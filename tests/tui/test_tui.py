@@ -738,3 +738,22 @@ def test_a_bad_resume_file_is_one_line_and_exit_2_before_the_screen(tmp_path, ca
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"relaxtui: error: cannot resume {path}"), err
         assert message in err and "Traceback" not in err, (path, err)
+
+
+async def test_the_chat_answers_before_its_prices_are_measured_and_says_when_they_arrive():
+    """chat takes its first message at once: the verify prices are measured in the background, a slice per worker on
+    the model thread between replies; a reply meanwhile runs with its drafts whole (the measurement here does not end
+    until the gate is set), and the chat says when they arrive, after which the replies' drafts are cut by them."""
+    gate = threading.Event()
+    engine = FakeChatEngine(prices=(1.0, 1.56, 1.9, 1.73, 2.22), prices_gate=gate, drafter="ngram")
+    app = RelaxApp(engine, ChatSettings(drafter="ngram", max_tokens=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app)
+        assert not gate.is_set() and engine.pair.prices() is None and engine.pair.background.pending
+        assert not engine.priced and engine.drafter.traits.cut == "priced"  # a lookup: cut once prices are there
+        gate.set()
+        await wait_until(pilot, lambda: engine.priced)
+        await wait_until(pilot, lambda: any("verify prices are measured" in n.message for n in app._notifications))
+        assert engine.drafter._odds[0] is None  # the first reply began without prices: its drafts were whole
+        await send(pilot, app, "again")
+        assert engine.drafter._odds[0] is not None  # the second began with them: its drafts were cut by price
