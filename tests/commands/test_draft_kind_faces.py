@@ -382,25 +382,31 @@ def test_the_fake_pairs_of_chat_and_serve_build_every_kind_with_the_command_line
 
 
 @pytest.mark.model
-def test_the_llama_chat_engine_measures_verify_prices_at_load_and_never_in_a_turn(tiny, tmp_path, monkeypatch):
-    """chat runs --draft-cut auto: a lookup drafter's turns are priced by prices measured while the chat loads
-    (with its progress line), and a turn only reads them."""
+def test_the_llama_chat_engine_measures_verify_prices_in_the_background_and_never_in_a_turn(tiny, tmp_path,
+                                                                                          monkeypatch):
+    """chat runs --draft-cut auto: the load returns at once, the prices are measured by background slices between
+    turns (said once), a lookup drafter is cut by them, and a turn only reads them."""
     from relaxtui.costmodel import verify_prices as vp
-    from relaxtui.decoding.config import GenerationConfig
     from relaxtui.session import ModelOptions
     from relaxtui.tui.engine import LlamaChatEngine
 
     monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
-    monkeypatch.setattr(vp, "_known", type(vp._known)())
     engine = LlamaChatEngine(ModelOptions(str(tiny.dense), DEFAULT_DRAFTER, draft_kind="ngram-cache", ctx_size=256,
                                           threads=1))  # a kind that opens no file: --drafter is not read
     said: list[str] = []
-    engine.load(said.append)
-    assert sum("verify costs" in line for line in said) == 1, said
+    assert engine.load(said.append) is None  # the round costs come later too
+    assert sum("verify costs" in line for line in said) == 1 and engine.pair.prices() is None, said
+    assert engine.drafter.traits.cut == "priced" and not engine.priced
+    while engine.background_step():
+        pass
+    assert engine.priced and engine.pair.prices()[0] == 1.0 and engine.costs is not None
     monkeypatch.setattr(vp, "measure_prices", lambda *args: pytest.fail("measured in a turn"))
-    config = engine.price(GenerationConfig(draft_max=8), engine.drafter)
-    assert len(config.verify_prices) == 9 and config.verify_prices[0] == 1.0
-    assert engine.price(GenerationConfig(draft_max=8, draft_cut="none"), engine.drafter).verify_prices == ()
+    from relaxtui.text import Message
+    from relaxtui.tui.engine import ChatSettings
+
+    events = list(engine.stream([Message("user", "a b a b a b")], ChatSettings(drafter="ngram-cache", max_tokens=6,
+                                                                              draft_max=8), lambda: False))
+    assert events[-1].metrics.output_tokens > 0
     engine.close()
 
 
@@ -418,8 +424,7 @@ def test_generate_prices_a_lookup_drafters_drafts_measuring_once_per_machine(tin
             "--draft-max", "8", "--threads", "1", "--ctx-size", "256", "--max-tokens", "12", "--temperature", "0",
             "--json", "--quiet"]
     said = []
-    for extra in ([], [], ["--draft-cut", "none"]):
-        monkeypatch.setattr(vp, "_known", type(vp._known)())  # each run a new process
+    for extra in ([], [], ["--draft-cut", "none"]):  # each run a new pair: the prices from the cache
         assert main([*argv, *extra]) == 0
         said.append(capsys.readouterr().err.count("measuring this machine's verify costs"))
     assert said == [1, 0, 0]
