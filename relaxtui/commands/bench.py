@@ -324,9 +324,10 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
     lines.append("host ms = the loop's own time per round outside llama.cpp (Python, numpy, ctypes); KiB/rnd = logits "
                  "and hidden rows both models copied out of llama.cpp per round")
     lines += _whole_rows_lines(result)
-    lines.append("break-even = the mean accepted length N needs to match the verifier alone here (shown only where "
-                 "the run is below it; never = no acceptance rate makes N pay on this machine, as N drafts yield at "
-                 "most N+1 tokens a round); the best N is the highest wall-clock speed-up among the stable Ns")
+    lines.append("break-even = the mean accepted length N's rounds need to match the verifier alone here, each at "
+                 "the width it verified (a priced cut or an empty draft verifies fewer than N; shown only where the "
+                 "run is below it; never = no acceptance rate makes them pay on this machine, as k drafts yield at "
+                 "most k+1 tokens a round); the best N is the highest wall-clock speed-up among the stable Ns")
     for run_ in result.runs:
         if not run_.stable:
             lines.append(f"N={run_.n} unstable: {run_.unstable_reason}; {UNSTABLE_ADVICE}")

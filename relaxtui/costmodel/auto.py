@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relaxtui.costmodel.calibrate import LoopCosts
-from relaxtui.costmodel.pricing import BreakEven, Rounds, break_even, priced_speedup
+from relaxtui.costmodel.pricing import BreakEven, Rounds, break_even, priced_speedup, rounds_break_even
 from relaxtui.costmodel.profiles import THIS_MACHINE
 from relaxtui.display import priced_label
 
@@ -94,12 +94,13 @@ def choose_draft_length(costs: LoopCosts, rates: Sequence[float], n_max: int | N
 
 def slower_line(costs: LoopCosts, n: int, mean_accepted_length: float, rounds: Rounds) -> str | None:
     """One line when a finished generation at draft length n was slower than the verifier alone here, its own
-    rounds priced by this machine's profile (a price, not a prediction: ``display.PRICED``); None when faster."""
+    rounds priced by this machine's profile (a price, not a prediction: ``display.PRICED``); None when faster. The
+    break-even is that of the rounds that ran, at the widths they verified (a priced cut verifies fewer than n)."""
     if n == 0 or not rounds.rounds or rounds.output_tokens == 0:
         return None
-    profile = costs.profile(blocks=max([n, *rounds.by_length]) + 1)
+    profile = costs.profile(blocks=max(rounds.by_length) + 1)
     speedup = priced_speedup(profile, rounds)
     if speedup >= 1.0:
         return None
     return (f"speculation was slower than the verifier alone here ({speedup:.2f}x {priced_label(THIS_MACHINE)}): "
-            f"{break_even(profile, n).need()} (this run: {mean_accepted_length:.2f})")
+            f"{rounds_break_even(profile, rounds, n).need()} (this run: {mean_accepted_length:.2f})")

@@ -21,7 +21,14 @@ from dataclasses import asdict, dataclass, field, replace
 
 from relaxtui.costmodel.calibrate import LoopCosts, calibrate, typical_context
 from relaxtui.costmodel.measure import verify_curve
-from relaxtui.costmodel.pricing import BreakEven, break_even, priced_ms, priced_speedup, rounds_of_metrics
+from relaxtui.costmodel.pricing import (
+    BreakEven,
+    Generation,
+    priced_ms,
+    priced_speedup,
+    rounds_break_even,
+    rounds_of_metrics,
+)
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE, check_runs, wall_vs_predicted_problem
 from relaxtui.decoding.config import GenerationConfig
@@ -41,7 +48,8 @@ class BenchRun:
     predicted_speedup: float  # the calibrated costs pricing this run's own rounds
     acceptance_rate: float
     mean_accepted_length: float
-    break_even_steps: float  # a round of N drafts in verifier steps here: the mean accepted length N needs
+    break_even_steps: float  # a round of this run in verifier steps here, at the widths its rounds verified: the
+    # mean accepted length it needs (``runs_break_even``)
     python_share: float
     output_tokens: int
     host_ms_per_round: float = 0.0  # the loop's own time outside llama.cpp per round (both models' calls excluded)
@@ -57,6 +65,8 @@ class BenchRun:
     spread: float = 0.0  # (max - min) / median of this N's kept runs' wall-over-priced ratios
     reruns: int = 0
     dropped: int = 0  # runs left out of the pooled tokens/s
+    break_even_most: float | None = None  # tokens its rounds could yield at most, on average (None: N + 1 each)
+    draft_widths: tuple[int, int] | None = None  # (fewest, most) drafts its rounds verified (None: N each)
 
     @property
     def wall_clock_speedup(self) -> float:
@@ -65,8 +75,9 @@ class BenchRun:
 
     @property
     def break_even(self) -> BreakEven:
-        """The mean accepted length N needs to match the verifier alone here, or that none can (above N + 1)."""
-        return BreakEven(self.n, self.break_even_steps)
+        """The mean accepted length this run's rounds need to match the verifier alone here, or that none can
+        (above what they can yield)."""
+        return BreakEven(self.n, self.break_even_steps, most=self.break_even_most, widths=self.draft_widths)
 
     @property
     def prediction_error(self) -> float:
@@ -97,10 +108,10 @@ class BenchResult:
         """asdict, plus issue 18's names: ``wall_clock_speedup`` and ``priced_speedup`` per run (the older
         ``speedup`` and ``proxy_speedup`` stay, for scripts written against them) and ``best_n``."""
         data = asdict(self)
-        for run in data["runs"]:
+        for run, bench_run in zip(data["runs"], self.runs, strict=True):
             run["wall_clock_speedup"], run["priced_speedup"] = run["speedup"], dict(run["proxy_speedup"])
-            # null where no acceptance rate makes N pay here: N drafts yield at most N + 1 tokens a round
-            run["break_even_length"] = BreakEven(run["n"], run["break_even_steps"]).length
+            # null where no acceptance rate makes its rounds pay here: N drafts yield at most N + 1 tokens a round
+            run["break_even_length"] = bench_run.break_even.length
         best = self.best
         data["best_n"] = best.n if best is not None else None
         data["baseline"] = {"n": 0, "tokens_per_s": self.baseline_tokens_per_s,
@@ -159,6 +170,13 @@ def price_runs(machine: CostProfile, profiles: Sequence[CostProfile],
     and one priced speed-up per --profile."""
     rounds = rounds_of_metrics(runs)
     return priced_speedup(machine, rounds), {p.name: priced_speedup(p, rounds) for p in profiles}
+
+
+def runs_break_even(machine: CostProfile, n: int, runs: Sequence[Generation]) -> BreakEven:
+    """The mean accepted length one N's runs needed to match the verifier alone here: their rounds priced at the
+    widths they verified (a priced cut, or a drafter with nothing to propose, verifies fewer than N), as their
+    predicted speed-up prices them — so a run below it is predicted below 1.0x."""
+    return rounds_break_even(machine, rounds_of_metrics(runs), n)
 
 
 def host_costs(metrics: list[Metrics]) -> tuple[float, float]:
@@ -255,11 +273,13 @@ def run_bench(verifier: LlamaModel, drafter: Drafter, prompts: Sequence[Sequence
         wall = tps / base_tps if base_tps else 0.0
         reason = check.reasons.get(n) or wall_vs_predicted_problem(wall, predicted)
         host_ms, copied = host_costs(kept[n])
-        runs.append(BenchRun(n, tps, wall, predicted, acceptance, mean_length, break_even(machine, n).steps, share,
+        even = runs_break_even(machine, n, kept[n])
+        runs.append(BenchRun(n, tps, wall, predicted, acceptance, mean_length, even.steps, share,
                              tokens, host_ms, copied, proxies, rows_summary(whole[n]), stable=reason is None,
                              unstable_reason=reason,
                              spread=check.spreads.get(n, 0.0), reruns=check.reruns.get(n, 0),
-                             dropped=len(collected[n]) - len(kept[n])))
+                             dropped=len(collected[n]) - len(kept[n]), break_even_most=even.most,
+                             draft_widths=even.widths))
     base_reason = check.reasons.get(0)
     runs, best_note = mark_best(runs, base_reason)
     return BenchResult(costs.verifier_decode_s, costs.drafter_decode_s, costs.c_rel, curve, asdict(costs),

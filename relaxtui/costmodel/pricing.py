@@ -116,15 +116,24 @@ class BreakEven:
     """The mean accepted length (tokens per round) at which draft length N matches the verifier alone.
 
     A round of N drafts yields at most N + 1 tokens, so a break-even at or above N + 1 (or below 0, which no valid
-    profile gives) cannot be reached whatever the rule: ``length`` is then None."""
+    profile gives) cannot be reached whatever the rule: ``length`` is then None. The break-even of rounds that ran
+    (``rounds_break_even``) prices each at the width it verified — priced drafting cuts drafts short, a drafter may
+    propose nothing — and its ceiling is what those widths can yield."""
 
     n: int
-    steps: float  # one round of N drafts, in verifier steps (the break-even whether reachable or not)
+    steps: float  # one round of N drafts, in verifier steps (the break-even whether reachable or not); of rounds
+    # that ran: their mean cost
     where: str = "on this machine"  # or "under profile NAME"
+    most: float | None = None  # tokens a round can yield at most, on average over the rounds priced (None: N + 1)
+    widths: tuple[int, int] | None = None  # (fewest, most) drafts the priced rounds verified (None: N in each)
+
+    @property
+    def ceiling(self) -> float:
+        return self.n + 1 if self.most is None else self.most
 
     @property
     def reachable(self) -> bool:
-        return math.isfinite(self.steps) and 0 <= self.steps < self.n + 1
+        return math.isfinite(self.steps) and 0 <= self.steps < self.ceiling
 
     @property
     def length(self) -> float | None:
@@ -135,11 +144,20 @@ class BreakEven:
         return not self.reachable or mean_accepted_length < self.steps
 
     def need(self) -> str:
-        """The clause every face prints: what N would need, or that nothing makes it pay."""
+        """The clause every face prints: what N would need, or that nothing makes it pay — for rounds of other
+        widths than N, what those rounds would need."""
+        if self.widths is None or self.widths == (self.n, self.n):
+            if self.reachable:
+                return f"at N={self.n} it would need a mean accepted length of {self.steps:.2f} to break even"
+            return (f"no acceptance rate makes N={self.n} pay {self.where} (a round costs {self.steps:.2f} verifier "
+                    f"steps and yields at most {self.n + 1} tokens)")
+        low, high = self.widths
+        ran = (f"its rounds at N={self.n} verified {low}–{high} drafts ({self.ceiling - 1:.2f} on average) at "
+               f"{self.steps:.2f} verifier steps a round")
         if self.reachable:
-            return f"at N={self.n} it would need a mean accepted length of {self.steps:.2f} to break even"
-        return (f"no acceptance rate makes N={self.n} pay {self.where} (a round costs {self.steps:.2f} verifier "
-                f"steps and yields at most {self.n + 1} tokens)")
+            return f"{ran}: they would need a mean accepted length of {self.steps:.2f} to break even"
+        return (f"no acceptance rate makes these rounds pay {self.where}: {ran}, and such rounds yield at most "
+                f"{self.ceiling:.2f} tokens")
 
 
 def where_priced(profile: CostProfile) -> str:
@@ -150,3 +168,18 @@ def break_even(profile: CostProfile, n: int) -> BreakEven:
     """Rounds of n drafts against the verifier alone: a round of L tokens costs round(n) + L·emit and the verifier
     alone L·(t_AR + emit), so emission cancels; the re-sync after fully accepted rounds is left out."""
     return BreakEven(n, profile.round_cost_ms(n) / profile.verifier_ar_ms, where_priced(profile))
+
+
+def rounds_break_even(profile: CostProfile, rounds: Rounds, n: int) -> BreakEven:
+    """The break-even of the rounds that ran at draft length ``n``: what they cost on average in verifier steps —
+    each at the width it verified, with the drafter steps past the draft and the re-syncs, as ``priced_ms`` prices
+    them — so a run is below it exactly when its priced speed-up is below 1 (up to its end token). Rounds that all
+    verified ``n`` drafts give ``break_even(profile, n)``; no rounds: that too."""
+    count = rounds.rounds
+    if not count or (set(rounds.by_length) == {n} and not rounds.extra_draft_steps and not rounds.full_rounds):
+        return break_even(profile, n)
+    emitted = rounds.output_tokens * profile.emit_ms  # (paid by the verifier alone too: it cancels)
+    steps = (priced_ms(profile, rounds) - emitted) / count / profile.verifier_ar_ms
+    most = sum((k + 1) * c for k, c in rounds.by_length.items()) / count
+    verified = [k for k, c in rounds.by_length.items() if c]
+    return BreakEven(n, steps, where_priced(profile), most, (min(verified), max(verified)))

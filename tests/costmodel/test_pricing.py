@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from relaxtui.costmodel.auto import AutoChoice, slower_line
@@ -288,3 +289,108 @@ def test_serve_prices_with_the_profile_it_is_given(capsys):
         scheduler.close(1.0)
     fails_with(capsys, ["serve", "--fake", "--profile", "this-machine"], "needs real models")
     fails_with(capsys, ["serve", "--fake", "--profile", "gb300"], "unknown cost profile 'gb300'")
+
+
+# -- a verdict prices the rounds that ran (issue 44, Found 7) ------------------------------------------------------
+# a 2-core CPU and a drafter that runs no model (suffix): a verify block costs about one more step per token
+# (v(9) = 9.12 steps), drafting costs nothing
+CPU_FREE_DRAFTER = LoopCosts(verify_s=tuple(0.010 * (1 + 1.015 * k) for k in range(9)), draft_s=(0.0,) * 8,
+                             resync_extra_s=0.0, emit_s=0.0005, verifier_decode_s=0.0095, drafter_decode_s=0.0)
+
+
+def test_generates_verdict_prices_the_widths_the_cut_verified_not_n():
+    """Issue 44: a suffix run at N=8 whose priced cut verified drafts of 0-2 tokens was told "a round costs 9.12
+    verifier steps" (a round of 8 drafts, which never ran)."""
+    rounds = Rounds.of([0] * 60 + [1] * 30 + [2] * 10, 110, full_rounds=10)  # 110 tokens in 100 rounds
+    line = slower_line(CPU_FREE_DRAFTER, 8, 1.10, rounds)
+    speedup = priced_speedup(CPU_FREE_DRAFTER.profile(), rounds)
+    assert line.startswith(f"speculation was slower than the verifier alone here ({speedup:.2f}x")
+    assert "9.12" not in line and "N=8 pay" not in line and "yields at most 9 tokens" not in line
+    steps = (60 * 1 + 30 * 2.015 + 10 * 3.03) / 100  # what these rounds cost on average, in verifier steps
+    assert "0–2 drafts" in line and f"{steps:.2f} verifier steps" in line and "at most 1.50 tokens" in line
+
+
+def test_a_break_even_of_the_rounds_that_ran_agrees_with_their_priced_speed_up():
+    """Below the break-even exactly when the same rounds price below 1.0x, whatever their widths, extra drafter
+    steps and re-syncs; rounds that all verified N drafts give N's own break-even."""
+    from relaxtui.costmodel.pricing import rounds_break_even
+
+    rng = np.random.default_rng(44)
+    checked = 0
+    for profile in PROFILES:
+        for _ in range(60):
+            widths = [int(k) for k in rng.integers(0, 4, size=int(rng.integers(1, 40)))]
+            accepted = [int(rng.integers(0, k + 1)) for k in widths]
+            full = sum(a == k and k > 0 for a, k in zip(accepted, widths, strict=True))
+            tokens = len(widths) + sum(accepted)
+            rounds = Rounds.of(widths, tokens, full_rounds=full, extra_draft_steps=int(rng.integers(0, 5)))
+            mean_length = tokens / len(widths)
+            even = rounds_break_even(profile, rounds, 3)
+            speedup = priced_speedup(profile, rounds)
+            if abs(speedup - 1) > 1e-9:
+                assert even.below(mean_length) == (speedup < 1), (profile.name, widths, accepted)
+                checked += 1
+        uniform = Rounds.of([3] * 7, 15)
+        assert rounds_break_even(profile, uniform, 3) == break_even(profile, 3)
+    assert checked > 200
+
+
+def test_bench_judges_each_n_by_the_rounds_it_ran():
+    """Issue 44: bench showed N=1 at 1.019x "below its own break-even" (1.29 vs 1.864): most of its rounds verified
+    no draft (a suffix drafter with nothing to propose), which the break-even of rounds of one draft ignored."""
+    from types import SimpleNamespace
+
+    from relaxtui.commands.bench import break_even_cell
+    from relaxtui.costmodel.bench import runs_break_even
+
+    machine = LoopCosts(verify_s=(0.010, 0.01864), draft_s=(0.0,), resync_extra_s=0.0, emit_s=0.0,
+                        verifier_decode_s=0.0095, drafter_decode_s=0.0).profile()
+    ran = SimpleNamespace(output_tokens=129, draft_lengths=(0,) * 70 + (1,) * 30, extra_draft_steps=0,
+                          full_accept_rounds=29, finish_reason="max_tokens")
+    speedup, _ = price_runs(machine, [], [ran])
+    assert speedup == pytest.approx(129 / (70 + 30 * 1.864))  # 1.02x: it paid
+    assert break_even(machine, 1).steps == pytest.approx(1.864)  # rounds of one draft each, which is not what ran
+    even = runs_break_even(machine, 1, [ran])
+    assert even.steps == pytest.approx((70 + 30 * 1.864) / 100) and not even.below(1.29)
+    run_ = BenchRun(1, 10.0, 1.019, speedup, 0.97, 1.29, even.steps, 0.02, 129, break_even_most=even.most,
+                    draft_widths=even.widths)
+    assert break_even_cell(run_).strip() == "–" and run_.break_even == even
+
+
+def test_chats_sidebar_judges_the_rounds_that_ran():
+    """The same for chat's statistics: rounds of 0-2 drafts at N=8 are not told what rounds of 8 would need."""
+    from relaxtui.tui.widgets.stats import StatsPanel
+
+    panel = StatsPanel()
+    panel.cost = CPU_FREE_DRAFTER
+    panel.reset(8)
+    for index, (drafted, accepted) in enumerate([(0, 0)] * 6 + [(1, 0)] * 3 + [(2, 0)]):
+        panel.counters.observe_round(RoundTiming(index, drafted, accepted, 0.0, 0.01, 0.0, 0.0))
+        panel.tokens += 1 + accepted
+    last = panel.lines()[-1]
+    assert "N=8" not in last and last == " no rate pays at 0.5 drafts" and len(last) <= 32  # 6 x 0, 3 x 1, 1 x 2
+
+
+def test_tunes_advice_judges_strict_by_the_rounds_it_ran():
+    """tune's "speculation does not pay here" line: a suffix drafter's strict N=3, cut to 0-1 drafts, is judged by
+    those rounds (from its records), not by rounds of 3 drafts."""
+    from relaxtui.evals.analysis.tune import recommend
+
+    machine = CPU_FREE_DRAFTER.profile()
+    widths = [0] * 12 + [1] * 8
+    rows = [{"problem_id": f"p{i}", "seed": 0, "config_id": "strict", "correct": False, "output_tokens": 24,
+             "rounds": 20, "drafted": 8, "accepted": 4, "draft_lengths": widths, "full_accept_rounds": 4,
+             "extra_draft_steps": 0, "decode_s": 1.0, "prefill_s": 0.1, "tokens_per_s": 24.0, "truncated": True,
+             "degenerate": False, "finish_reason": "max_tokens", "config": {"rule": "strict", "knob": None,
+                                                                           "draft_max": 3, "label": "strict N=3"}}
+            for i in range(6)]
+    alone = [{**row, "config_id": "alone", "rounds": 24, "drafted": 0, "accepted": 0, "draft_lengths": [0] * 24,
+              "full_accept_rounds": 0, "config": {"rule": None, "knob": None, "draft_max": 0, "label": "no-spec"}}
+             for row in rows]
+    summaries = summarise(alone + rows, [machine])
+    line = recommend(summaries, max_drop=1.0, profile=machine).lines()[1]
+    speedup = priced_speedup(machine, Rounds.of(widths * 6, 24 * 6, full_rounds=24))
+    assert line.startswith(f"1. speculation does not pay here: the best strict config, strict N=3, reaches "
+                           f"{speedup:.2f}x")
+    steps = (12 + 8 * 2.015) / 20  # the rounds that ran, not a round of 3 drafts (4.05 steps)
+    assert "verified 0–1 drafts" in line and f"{steps:.2f} verifier steps a round" in line and "4.05" not in line

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
+from relaxtui.costmodel.pricing import Rounds, priced_speedup, rounds_of_records
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.display import WALL_CLOCK, one_line, priced_label
 from relaxtui.evals.analysis.drift import DRIFT_COLUMNS, DRIFT_FOOTNOTE, SIGNALS, Signal, drift_row, signals
@@ -64,6 +64,7 @@ class ConfigSummary:
     drift: dict[str, Signal] = field(default_factory=dict)  # label-free signals against the reference (drift.py)
     scored: bool = True  # False for an open-ended task (answer kind "none"): accuracy means nothing
     failed: int = 0  # samples whose row failed at run time (scored wrong; the reason is each record's detail)
+    rounds: Rounds | None = None  # the rounds its records ran, pooled (what a verdict on them prices: ``pricing``)
 
     @property
     def is_baseline(self) -> bool:
@@ -204,7 +205,7 @@ def _summary(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
         mean_accepted_length=1 + accepted / rounds if rounds and drafted else 1.0,
         tokens_per_s=tokens / decode if decode > 0 else 0.0, measured_speedup=measured, proxy=proxy,
         length_adjusted=adjusted, reference=None if reference is None else _label(reference[0]["config"]),
-        delta=delta,
+        delta=delta, rounds=rounds_of_records(rows),
     )
 
 

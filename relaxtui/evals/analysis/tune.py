@@ -19,7 +19,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from relaxtui.costmodel.pricing import break_even
+from relaxtui.costmodel.pricing import BreakEven, break_even, rounds_break_even
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.display import WALL_CLOCK, priced_label
 from relaxtui.evals.analysis.drift import logprob_delta_text
@@ -273,7 +273,7 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
         slower = (f"speculation does not pay here: the best strict config, {best_strict.label}, reaches "
                   f"{speed_of(best_strict, primary):.2f}x")
         if profile is not None:
-            slower += (f"; {break_even(profile, best_strict.draft_max).need()} (it reached "
+            slower += (f"; {_break_even(profile, best_strict).need()} (it reached "
                        f"{best_strict.mean_accepted_length:.2f}); {_keep_advice(profile, best_strict, model_free)}")
     return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop, task_size,
                           max_drift, scored, tuple(sorted(not_paying, key=lambda s: -speed_of(s, primary))),
@@ -287,6 +287,14 @@ def _front(placed: Sequence[ConfigSummary], primary: str | None, scored: bool) -
 
     front = set(pareto_front([point(s) for s in placed]))
     return sorted((s for s in placed if point(s) in front), key=point)
+
+
+def _break_even(profile: CostProfile, strict: ConfigSummary) -> BreakEven:
+    """Strict's break-even: of the rounds its records ran (a priced cut verifies fewer drafts than N), else of
+    rounds of N drafts."""
+    if strict.rounds is None:
+        return break_even(profile, strict.draft_max)
+    return rounds_break_even(profile, strict.rounds, strict.draft_max)
 
 
 def _keep_advice(profile: CostProfile, strict: ConfigSummary, model_free: Collection[str]) -> str:

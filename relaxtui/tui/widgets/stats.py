@@ -25,7 +25,14 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from relaxtui.costmodel.calibrate import LoopCosts
-from relaxtui.costmodel.pricing import BreakEven, Rounds, break_even, priced_speedup, rounds_of_metrics
+from relaxtui.costmodel.pricing import (
+    BreakEven,
+    Rounds,
+    break_even,
+    priced_speedup,
+    rounds_break_even,
+    rounds_of_metrics,
+)
 from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.events import Metrics, TokenEvent
 from relaxtui.display import PRICED, WALL_CLOCK
@@ -45,22 +52,30 @@ def position_bars(acceptance: list[float]) -> str:
     return f"pos {blocks} {values}"
 
 
-def below_break_even(cost: LoopCosts, counters: RoundCounters, priced: float) -> BreakEven | None:
+def below_break_even(cost: LoopCosts, counters: RoundCounters, priced: float,
+                     rounds: Rounds | None = None) -> BreakEven | None:
     """N's break-even (`pricing.break_even`) when this reply is below it, else None.
 
     Both sides come from the cost model: the priced speed-up of the reply's own rounds is below 1 *and* its mean
     accepted length is below N's break-even (what `profiles show` and `generate` print for N). The two agree except
     at the margin (a last verifier-only round, full-accept re-syncs); there nothing is claimed, so the line never
-    sits next to a mean length above the break-even, nor next to a priced speed-up over 1."""
+    sits next to a mean length above the break-even, nor next to a priced speed-up over 1. ``rounds``: the reply's
+    rounds, judged at the widths they verified (a priced cut, a drafter with nothing to propose)."""
     n = max(counters.draft_lengths, default=0)
     if n == 0 or priced >= 1.0:
         return None
-    even = break_even(cost.profile(blocks=n + 1), n)
+    profile = cost.profile(blocks=n + 1)
+    even = break_even(profile, n) if rounds is None else rounds_break_even(profile, rounds, n)
     return even if even.below(counters.mean_accepted_length) else None
 
 
 def break_even_line(even: BreakEven) -> str:
-    """One line of the panel (about 32 columns): the length N needs, or that no rate makes N pay here."""
+    """One line of the panel (about 32 columns): the length N needs, or that no rate makes N pay here; for rounds
+    of other widths than N, the same at their mean width."""
+    if even.widths is not None and even.widths != (even.n, even.n):  # the rounds' mean width: what was priced
+        if even.length is None:
+            return f" no rate pays at {even.ceiling - 1:.1f} drafts"
+        return f" break-even at {even.ceiling - 1:.1f} drafts: {even.length:.2f}"
     if even.length is None:
         return f" no acceptance rate pays at N={even.n}"
     return f" break-even at N={even.n}: length {even.length:.2f}"
@@ -173,7 +188,7 @@ class StatsPanel(Vertical):
         priced = priced_reply(cost, self.rounds()) if cost and measured else None
         lines += [f" {WALL_CLOCK:<22}{wall_clock}",
                   f" {PRICED + ' (this machine)':<22}{DASH if priced is None else f'{priced:.2f}x'}"]
-        below = below_break_even(cost, c, priced) if cost is not None and priced is not None else None
+        below = below_break_even(cost, c, priced, self.rounds()) if cost is not None and priced is not None else None
         if below is not None:
             lines.append(break_even_line(below))
         return lines
