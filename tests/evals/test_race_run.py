@@ -76,7 +76,10 @@ class FakeExecutor:
             yield record
 
 
-def setup(tmp_path, entrants, *, budget=None, rules=RaceRules(max_drop=0.10, batch=5)):
+RULES = RaceRules(max_drop=0.10, batch=5)
+
+
+def setup(tmp_path, entrants, *, budget=None, rules=RULES):
     store = ResultsStore(tmp_path)
     tmp_path.mkdir(exist_ok=True)
     order = race_order(PROBLEMS, seed=0)
@@ -85,7 +88,7 @@ def setup(tmp_path, entrants, *, budget=None, rules=RaceRules(max_drop=0.10, bat
     return store, race, samples
 
 
-def race(tmp_path, entrants, executor, *, budget=None, stop_after=None, rules=RaceRules(max_drop=0.10, batch=5)):
+def race(tmp_path, entrants, executor, *, budget=None, stop_after=None, rules=RULES):
     store, started, samples = setup(tmp_path, entrants, budget=budget, rules=rules)
     batches = []
     finished = run_race(started, entrants, task=FakeTask(), samples=samples, plan=EvalPlan(), identity=Identity(),
@@ -105,7 +108,9 @@ def test_each_setting_stops_the_moment_it_is_decided_and_strict_runs_only_as_far
     assert finished and decisions[BAD.label][0] == BREAKS and decisions[SLOW.label][0] == NO_PAY
     assert decisions[GOOD.label][0] == HOLDS
     assert decisions[SLOW.label][1] < decisions[BAD.label][1] < len(PROBLEMS)  # speed decides before accuracy
-    ran = {label: [pid for l, pid in executor.ran if l == label] for label in {l for l, _ in executor.ran}}
+    ran: dict[str, list[str]] = {}
+    for label, pid in executor.ran:
+        ran.setdefault(label, []).append(pid)
     for entrant in ENTRANTS:  # a decided setting runs nothing more
         assert len(ran[entrant.name]) == decisions[entrant.name][1]
     assert len(ran[STRICT.label]) == max(n for _, n in decisions.values())  # strict: as far as the furthest one
