@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from relaxtui.errors import UserError
@@ -209,9 +209,20 @@ def utf8_problem(text: str) -> str | None:
     return None
 
 
+def _word_option(check: Text | Choice, name: str, type_name: str) -> ArgType[str]:
+    """The argparse type of a text setting: the text as typed, then ``check``; the message names the option."""
+    def parse(text: str) -> str:
+        try:
+            return check.check(text, name)
+        except BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return ArgType(parse, type_name, check)
+
+
 class Text:
     """Text that is valid UTF-8: the tokenizer, llama.cpp's path argument and a UTF-8 stdout cannot encode
-    anything else."""
+    anything else. A subclass checks what the text must name (``rules.RuleSpec``: a rule and its knobs)."""
 
     def check(self, value: object, name: str) -> str:
         if not isinstance(value, str):
@@ -219,6 +230,32 @@ class Text:
         if problem := utf8_problem(value):
             raise BadValue(name, problem)
         return value
+
+    def option(self, name: str) -> ArgType[str]:
+        """The argparse type: the text, then :meth:`check`."""
+        return _word_option(self, name, "text")
+
+
+class Choice:
+    """One word of a fixed list (a policy, a kind, a scope): the flag, the request field and a saved file take the
+    same words, in the same order (the first is not necessarily the default: the option table says that)."""
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self.values = tuple(values)
+
+    def check(self, value: object, name: str) -> str:
+        if not isinstance(value, str) or value not in self.values:
+            raise BadValue(name, f"must be one of {', '.join(self.values)} (got {_shown(value)})")
+        return value
+
+    def option(self, name: str) -> ArgType[str]:
+        """The argparse type: one of the words (anything else names the option and lists them)."""
+        return _word_option(self, name, "choice")
+
+    @property
+    def metavar(self) -> str:
+        """How --help shows the words, as argparse shows a ``choices`` list."""
+        return "{" + ",".join(self.values) + "}"
 
 
 class Flag:
@@ -241,12 +278,12 @@ class Maybe:
 
     def option(self, name: str) -> ArgType[Any]:
         """The inner setting's argparse type (a flag that is not given is the None)."""
-        if isinstance(self.inner, (Whole, Number)):
+        if isinstance(self.inner, (Whole, Number, Text)):
             return self.inner.option(name)
         raise TypeError(f"{name}: no flag type for {type(self.inner).__name__}")
 
 
-Check = Whole | Number | Text | Flag | Maybe
+Check = Whole | Number | Text | Flag | Maybe | Choice
 
 
 def _temperature_floor(value: float) -> str | None:
@@ -279,4 +316,12 @@ SUFFIX_MIN_PROB = Number(low=0.0, high=1.0)
 FLAG = Flag()
 THINKING = FLAG
 DRAFT_MIN = Whole(0)
+DRAFT_CUT = Choice(("auto", "priced", "none"))  # priced drafting's policy (docs/method.md#priced-drafts)
+BONUS = Choice(("auto", "target", "relaxed"))  # the bonus token from: the rule's policy, p, the rule's target
+# What shapes a drafter that opens no model, by setting name: the factory checks its options with these, and the
+# option table's entries (relaxtui.options.DRAFTER_SETTINGS) are these names with these checks
+DRAFTER: dict[str, Check] = {
+    "ngram_min": LOOKUP_NGRAM, "ngram_max": LOOKUP_NGRAM, "ngram_size_n": NGRAM_SIZE, "ngram_size_m": NGRAM_SIZE,
+    "ngram_min_hits": NGRAM_MIN_HITS, "ngram_mod_n_min": NGRAM_MOD_MIN, "suffix_depth": SUFFIX_DEPTH,
+    "suffix_factor": SUFFIX_FACTOR, "suffix_min_prob": SUFFIX_MIN_PROB}
 

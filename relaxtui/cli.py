@@ -52,12 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     from relaxtui.commands.common import (
         add_draft_options,
         add_model_options,
+        add_rule_options,
         add_sampling_options,
-        finite_float,
         int_option,
         utf8_text,
     )
-    from relaxtui.display import knob_help
     from relaxtui.options import MAX_TOKENS
 
     parser = _Parser(prog="relaxtui", description="Training-free relaxed speculative decoding on llama.cpp.")
@@ -71,8 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_draft_options(gen)
     MAX_TOKENS.add(gen, default=256)
     gen.add_argument("--no-spec", action="store_true", help="verifier alone (autoregressive baseline)")
-    gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (see `relaxtui rules list`)")
-    gen.add_argument("--alpha", type=finite_float, default=None, help=knob_help())
+    add_rule_options(gen)
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--thinking", choices=["on", "off"], default=None,
                      help="reasoning mode, for chat templates that have one (default: the template's own)")

@@ -61,11 +61,3 @@ def priced_label(profile: str) -> str:
     """A priced speed-up's name beside its number, as every table and sentence writes it: ``priced this-machine``."""
     return f"{PRICED} {profile}"
 
-
-def knob_help() -> str:
-    """``--alpha``'s help where one knob is taken (generate, chat, serve): what happens when it is not given."""
-    from relaxtui.rules import RULES
-
-    optional = ", ".join(f"{name} {cls.knob_default:g}" for name, cls in RULES.items() if cls.knob_default is not None)
-    return (f"the rule's knob (default: the rule's own where it has one: {optional}; every other relaxed rule "
-            "needs one; ranges: `relaxtui rules list`)")

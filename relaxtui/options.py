@@ -9,6 +9,13 @@ spelling in front of the same problem: the command line its flag (``--draft-max`
 :func:`as_flag` for what a lower layer refuses), the server its request field (``speculative.draft_max``:
 ``serve/body.get_setting``), a saved chat ``settings.draft_max`` (tui/save.py). A command that needs a narrower range
 states it from the table's bounds (:data:`SPECULATIVE_N`), never as a literal.
+
+Text settings are in the table too (issue 45): a choice of words (``checks.Choice``: the drafter kind, the cut, the
+bonus), the rule as the rules registry checks it (``rules.RuleSpec``: ``NAME``, ``NAME:KNOB``, ``NAME:KNOB:KNOB2``)
+and on/off switches (``checks.Flag``: ``--draft-adapt``). So the table stands above the rules and the drafter factory
+(it lists their names) and below everything that reads settings: nothing under ``decoding/``, ``rules/``, ``engine/``
+or ``costmodel/`` imports it (tests/test_layers.py); those name a setting by its name and check it with
+``relaxtui.checks``.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from typing import Any
 
 from relaxtui import checks
 from relaxtui.checks import ArgType, BadValue, quoted
+from relaxtui.decoding.drafters import DRAFT_KINDS
 from relaxtui.errors import UserError
+from relaxtui.rules import RULE_SPEC, RULES
 
 _TABLE: Any = object()  # Setting.add's "the table's own default"
 
@@ -49,10 +58,11 @@ class Setting:
 
     def option(self, check: checks.Check | None = None, *, words: Sequence[str] = ()) -> ArgType[Any]:
         """The argparse type: the table's check, or a narrower one a command states from it, plus ``words`` a
-        whole-number setting also takes as they are (``--draft-max auto``); a refusal names the flag."""
+        whole-number setting also takes as they are (``--draft-max auto``); a refusal names the flag. An on/off
+        switch has none (its flag takes no value)."""
         chosen = check or self.check
-        if isinstance(chosen, (checks.Text, checks.Flag)):
-            raise TypeError(f"{self.flag}: a {type(chosen).__name__} setting has no argparse type of the table's")
+        if isinstance(chosen, checks.Flag):
+            raise TypeError(f"{self.flag}: an on/off setting takes no value")
         parse = chosen.option(self.flag)
         if not words:
             return parse
@@ -74,24 +84,55 @@ class Setting:
             help: str | None = None, check: checks.Check | None = None, words: Sequence[str] = (),
             extra: Sequence[str] = (), **kwargs: Any) -> argparse.Action:
         """Add this setting's flag to ``parser``: its spellings (plus a command's ``extra`` ones), type, default and
-        help from the table unless the command states its own; ``kwargs`` go to argparse (``nargs``, ``metavar``)."""
-        return parser.add_argument(self.flag, *self.aliases, *extra, dest=self.name,
-                                   type=self.option(check, words=words),
-                                   default=self.default if default is _TABLE else default,
-                                   help=self.help if help is None else help, **kwargs)
+        help from the table unless the command states its own; ``kwargs`` go to argparse (``nargs``, ``metavar``).
+        An on/off setting is a switch (``store_true``); a choice shows its words as argparse shows ``choices``."""
+        chosen = check or self.check
+        common: dict[str, Any] = {"dest": self.name, "default": self.default if default is _TABLE else default,
+                                  "help": self.help if help is None else help}
+        if isinstance(chosen, checks.Flag):
+            return parser.add_argument(self.flag, *self.aliases, *extra, action="store_true", **common, **kwargs)
+        if isinstance(chosen, checks.Choice):
+            kwargs.setdefault("metavar", chosen.metavar)
+        return parser.add_argument(self.flag, *self.aliases, *extra, type=self.option(check, words=words), **common,
+                                   **kwargs)
+
+    def read(self, text: str, name: str | None = None) -> Any:
+        """A value typed as text somewhere other than a command line (the chat's settings panel): parsed and checked
+        by the table's check, a refusal naming the setting as ``name`` (its own name when None); empty: None."""
+        text, name = text.strip(), name or self.name
+        if not text:
+            return None
+        check = self.check.inner if isinstance(self.check, checks.Maybe) else self.check
+        if isinstance(check, checks.Flag):
+            raise TypeError(f"{self.name}: an on/off setting is not typed as text")
+        try:
+            return check.option(name)(text)
+        except argparse.ArgumentTypeError as exc:
+            raise BadValue(name, str(exc).removeprefix(f"{name} ")) from None
 
 
 # A list of draft lengths to speculate with (eval's and tune's grids, bench's N = 1..this): N = 0 is the verifier
 # alone, which those commands run on their own (--no-spec, bench's baseline); the top is the table's.
 SPECULATIVE_N = checks.DRAFT_MAX.narrowed(low=1)
 
-RULE = Setting("rule", checks.TEXT, "strict", "acceptance rule (NAME or NAME:KNOB; see `relaxtui rules list`)",
-               "--rule", field="speculative.rule")
-ALPHA = Setting("alpha", checks.KNOB, None, "the rule's knob", "--alpha", field="speculative.alpha")
+RULE = Setting("rule", RULE_SPEC, "strict", "acceptance rule: NAME, NAME:KNOB or NAME:KNOB:KNOB2 (see `relaxtui "
+               "rules list`)", "--rule", field="speculative.rule")
+_OWN_KNOBS = ", ".join(f"{name} {cls.knob_default:g}" for name, cls in RULES.items() if cls.knob_default is not None)
+ALPHA = Setting("alpha", checks.KNOB, None, f"the rule's knob (default: the rule's own where it has one: {_OWN_KNOBS}; "
+                "every other relaxed rule needs one; ranges: `relaxtui rules list`)", "--alpha",
+                field="speculative.alpha")
 DRAFT_MAX = Setting("draft_max", checks.DRAFT_MAX, 3, "draft length N (0 = verifier alone)", "--draft-max",
                     ("--spec-draft-n-max",), field="speculative.draft_max")
-DRAFT_KIND = Setting("draft_kind", checks.TEXT, "model", "drafter kind", "--draft-kind",
-                     field="speculative.draft_kind")
+DRAFT_KIND = Setting("draft_kind", checks.Choice(DRAFT_KINDS), "model",
+                     f"drafter kind: {', '.join(DRAFT_KINDS)} (a kind that opens no model file needs no --drafter)",
+                     "--draft-kind", field="speculative.draft_kind")
+DRAFT_CUT = Setting("draft_cut", checks.DRAFT_CUT, "auto", "priced: verify only the part of each draft that pays for "
+                    "its verify width on this machine (its verify costs measured once, cached); none: every draft "
+                    "whole; auto: priced for a drafter that runs no model (n-gram, suffix), none for a model or MTP "
+                    "drafter (docs/method.md#priced-drafts)", "--draft-cut")
+BONUS = Setting("bonus", checks.BONUS, "auto", "bonus token from p (target), the rule's target at N+1 (relaxed), or "
+                "the rule's policy (auto)", "--bonus")
+DRAFT_ADAPT = Setting("draft_adapt", checks.FLAG, False, "grow/shrink N from recent acceptance", "--draft-adapt")
 TEMPERATURE = Setting("temperature", checks.TEMPERATURE, 0.6, "sampling temperature (0 = greedy)", "--temperature",
                       ("--temp",), field="temperature")
 TOP_K = Setting("top_k", checks.TOP_K, 20, "keep the k likeliest tokens (0 = off)", "--top-k", field="top_k")
@@ -132,11 +173,12 @@ SUFFIX_MIN_PROB = Setting("suffix_min_prob", checks.SUFFIX_MIN_PROB, 0.1, "suffi
                           "estimated probability falls below this", "--suffix-min-prob")
 DRAFTER_SETTINGS = (NGRAM_MIN, NGRAM_MAX, NGRAM_SIZE_N, NGRAM_SIZE_M, NGRAM_MIN_HITS, NGRAM_MOD_N_MIN, SUFFIX_DEPTH,
                     SUFFIX_FACTOR, SUFFIX_MIN_PROB)
-"""What shapes a drafter that opens no model: each kind reads the ones its ``DrafterKind.reads`` names."""
+"""What shapes a drafter that opens no model: each kind reads the ones its ``DrafterKind.reads`` names (the factory
+checks them by name with ``checks.DRAFTER``, the same checks)."""
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    RULE, ALPHA, DRAFT_MAX, DRAFT_KIND, TEMPERATURE, TOP_K, TOP_P, SEED, MAX_TOKENS, DRAFT_MIN, DRAFT_P_MIN, CTX_SIZE,
-    THREADS, GPU_LAYERS, PARALLEL, *DRAFTER_SETTINGS)}
+    RULE, ALPHA, DRAFT_MAX, DRAFT_KIND, TEMPERATURE, TOP_K, TOP_P, SEED, MAX_TOKENS, DRAFT_MIN, DRAFT_P_MIN, DRAFT_CUT,
+    BONUS, DRAFT_ADAPT, CTX_SIZE, THREADS, GPU_LAYERS, PARALLEL, *DRAFTER_SETTINGS)}
 SPECULATIVE = tuple(s for s in SETTINGS.values() if (s.field or "").startswith("speculative."))
 """The request extension's fields (``"speculative": {...}``), in the table's order."""
 

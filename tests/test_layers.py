@@ -104,3 +104,15 @@ def test_the_scan_sees_imports_at_every_level(tmp_path):
     assert "relaxtui.engine.api" in found["decoding/loop.py"]
     assert any("relaxtui.rules" in names for names in found.values())
     assert "relaxtui.decoding.drafters" in imports_of("")["session.py"]  # (the pair's own import: the scan sees it)
+
+
+def test_the_option_table_stands_above_the_rules_and_the_factory():
+    """``options.py`` lists the rules' and the drafter kinds' names, so it imports them; nothing it stands on imports it
+    back (a lower layer names a setting by its name and checks it with ``relaxtui.checks``), and it imports no face."""
+    table = imports_of("")["options.py"]
+    assert {"relaxtui.rules", "relaxtui.decoding.drafters"} <= table
+    assert not {n for n in table if n.startswith(("relaxtui.session", "relaxtui.pair", "relaxtui.commands",
+                                                  "relaxtui.serve", "relaxtui.tui", "relaxtui.evals"))}
+    below = {path: names for folder in ("decoding", "rules", "engine", "costmodel") for path, names in
+             imports_of(folder).items()}
+    assert below and {path for path, names in below.items() if "relaxtui.options" in names} == set()

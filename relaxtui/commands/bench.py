@@ -21,11 +21,10 @@ from relaxtui.costmodel.measure import hardware_description, printable
 from relaxtui.costmodel.profiles import load_profile
 from relaxtui.costmodel.timing import UNSTABLE_ADVICE
 from relaxtui.decoding.config import GenerationConfig
-from relaxtui.decoding.draft_cut import DRAFT_CUTS
 from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
-from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
+from relaxtui.options import DRAFT_CUT, DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 from relaxtui.progress import StepCounter
 from relaxtui.session import chat_template, conversation_tokens, load_pair
 
@@ -67,11 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", type=k_list, default=None, dest="parallel_ks", metavar="K,K,...",
                         help="instead: summed and per-sequence tokens/s with K sequences per context, the verifier "
                              "alone and strict at the best N (--ctx-size is per sequence)")
-    parser.add_argument("--draft-cut", choices=DRAFT_CUTS, default="auto",
-                        help="priced: each round verifies only the part of its draft that pays at this machine's "
-                             "verify prices (measured once, cached), N being the longest; none: every draft whole; "
-                             "auto: priced for a drafter that runs no model (docs/method.md#priced-drafts); "
-                             "--parallel verifies drafts whole (priced is refused there)")
+    DRAFT_CUT.add(parser, help="priced: each round verifies only the part of its draft that pays at this machine's "
+                               "verify prices (measured once, cached), N being the longest; none: every draft whole; "
+                               "auto: priced for a drafter that runs no model (docs/method.md#priced-drafts); "
+                               "--parallel verifies drafts whole (priced is refused there)")
     parser.set_defaults(draft_p_min=0.0)
 
 

@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from relaxtui.commands.common import finite_float, model_options, utf8_path, utf8_text
+from relaxtui.commands.common import add_rule_options, model_options, utf8_path
 from relaxtui.decoding.drafters import STANDALONE_KINDS, check_options, drafter_kind
-from relaxtui.display import knob_help
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS
 from relaxtui.rules import split_spec
 from relaxtui.session import GGUF, ModelOptions, drafter_options
@@ -46,8 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.register("action", None, _Typed)
     parser.register("action", "store", _Typed)
     parser.set_defaults(**{TYPED: {}})
-    parser.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (see `relaxtui rules list`)")
-    parser.add_argument("--alpha", type=finite_float, default=None, help=knob_help())
+    add_rule_options(parser)
     DRAFT_MAX.add(parser)
     MAX_TOKENS.add(parser, default=512, help="longest reply, in tokens")
     parser.add_argument("--thinking", choices=["on", "off"], default="off",

@@ -21,14 +21,13 @@ from pathlib import Path
 from relaxtui import checks, options
 from relaxtui.checks import INT32_MAX, utf8_problem
 from relaxtui.checks import quoted as _quoted
-from relaxtui.decoding.config import BONUS_POLICIES, GenerationConfig
-from relaxtui.decoding.draft_cut import DRAFT_CUTS
+from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.models.registry import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 from relaxtui.rules import RULES, Rule, make, split_spec
-from relaxtui.session import DRAFT_KINDS, ModelOptions
+from relaxtui.session import ModelOptions
 
 _FINITE = checks.Number().option()
 
@@ -93,25 +92,13 @@ def utf8_path(text: str) -> Path:
     return Path(utf8_text(text))
 
 
-def draft_kind(text: str) -> str:
-    """A drafter kind the factory lists (``decoding.drafters.DRAFT_KINDS``): anything else is the factory's one line,
-    at parse time."""
-    try:
-        drafter_kind(text)
-    except UserError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models")
     group.add_argument("--verifier", "-m", type=utf8_text, default=DEFAULT_VERIFIER,
                        help="GGUF path or name in ggml_models/")
     group.add_argument("--drafter", "-md", type=utf8_text, default=DEFAULT_DRAFTER,
                        help="GGUF path or name in ggml_models/ ('none' = verifier alone)")
-    group.add_argument("--draft-kind", type=draft_kind, default=options.DRAFT_KIND.default, metavar="KIND",
-                       help=f"{options.DRAFT_KIND.help}: {', '.join(DRAFT_KINDS)} (a kind that opens no model file "
-                            "needs no --drafter)")
+    options.DRAFT_KIND.add(group, metavar="KIND")
     for setting in (options.CTX_SIZE, options.THREADS, options.GPU_LAYERS):
         setting.add(group)
     drafting = parser.add_argument_group("drafters that open no model (each kind reads its own; docs/method.md)")
@@ -145,16 +132,20 @@ def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = Tr
         options.DRAFT_MAX.add(group, words=("auto",), extra=("--draft",),
                               help="draft length N, or `auto`: the N this machine's costs and a short acceptance "
                                    "estimate predict fastest (0 when speculation does not pay)")
-    for setting in (options.DRAFT_MIN, options.DRAFT_P_MIN):
+    for setting in (options.DRAFT_MIN, options.DRAFT_P_MIN, options.DRAFT_ADAPT, options.DRAFT_CUT, options.BONUS):
         setting.add(group)
-    group.add_argument("--draft-adapt", action="store_true", help="grow/shrink N from recent acceptance")
-    group.add_argument("--draft-cut", choices=DRAFT_CUTS, default="auto",
-                       help="priced: verify only the part of each draft that pays for its verify width on this "
-                            "machine (its verify costs measured once, cached); none: every draft whole; auto: priced "
-                            "for a drafter that runs no model (n-gram, suffix), none for a model or MTP drafter "
-                            "(docs/method.md#priced-drafts)")
-    group.add_argument("--bonus", choices=BONUS_POLICIES, default="auto",
-                       help="bonus token from p (target), the rule's target at N+1 (relaxed), or the rule's policy")
+
+
+def add_rule_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, grid: bool = False) -> None:
+    """``--rule`` and ``--alpha`` from the option table: one of each (generate, chat, serve), or an eval grid's lists
+    (``grid``: the run is their product with the other lists)."""
+    if not grid:
+        options.RULE.add(parser)
+        options.ALPHA.add(parser)
+        return
+    options.RULE.add(parser, nargs="+", default=["strict"],
+                     help="acceptance rules; NAME:KNOB pins a knob (e.g. strict cactus:1 mentored:0.7)")
+    options.ALPHA.add(parser, nargs="+", default=[], help="knobs (default: each rule's paper grid)")
 
 
 def cli_rule(spec: str, knob: float | None, temperature: float = 1.0) -> Rule:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, TextIO
 from relaxtui.commands.common import (
     add_draft_options,
     add_parallel_option,
+    add_rule_options,
     add_task_file_options,
-    finite_float,
     int_option,
     model_options,
     refuse_rules_without_logits,
@@ -63,10 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="aime, aime25, math500, gpqa, lcb, humaneval, a task file FILE.toml — or `report DIR`")
     parser.add_argument("directory", nargs="?", type=utf8_text, help="with `report`: the run folder to summarise")
     group = parser.add_argument_group("grid (each option takes a list; the run is their product)")
-    group.add_argument("--rule", nargs="+", type=utf8_text, default=["strict"],
-                       help="acceptance rules; RULE:KNOB pins a knob (e.g. strict cactus:1 mentored:0.7)")
-    group.add_argument("--alpha", nargs="+", type=finite_float, default=[],
-                       help="knobs (default: each rule's paper grid)")
+    add_rule_options(group, grid=True)
     DRAFT_MAX.add(group, check=SPECULATIVE_N, nargs="+", default=[3], help="draft lengths N")
     group.add_argument("--no-spec", action="store_true", help="also run the verifier alone (the speed baseline)")
     run = parser.add_argument_group("run")

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 from relaxtui.commands.common import (
     add_draft_options,
     add_parallel_option,
+    add_rule_options,
     cli_rule,
-    finite_float,
     float_option,
     int_option,
     model_options,
@@ -32,7 +32,6 @@ from relaxtui.commands.common import (
 )
 from relaxtui.costmodel.profiles import THIS_MACHINE, load_profile
 from relaxtui.decoding.drafters import STANDALONE_KINDS, check_options
-from relaxtui.display import knob_help
 from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS
@@ -88,8 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          metavar="N", help="API keys (and users) whose learned drafter state is kept at once; the "
                                            f"least recently used is dropped first (default {DEFAULT_SCOPES})")
     gen = parser.add_argument_group("request defaults (each request may override them)")
-    gen.add_argument("--rule", type=utf8_text, default="strict", help="acceptance rule (NAME or NAME:KNOB)")
-    gen.add_argument("--alpha", type=finite_float, default=None, help=knob_help())
+    add_rule_options(gen)
     DRAFT_MAX.add(gen)
     MAX_TOKENS.add(gen, help="completion budget when a request gives none (default: up to the slot's context)")
     gen.add_argument("--thinking", choices=["on", "off"], default=None,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from relaxtui import checks
 
-DRAFT_CUTS = ("auto", "priced", "none")  # the policies (docs/method.md#priced-drafts), resolved by ``cuts_drafts``
+DRAFT_CUTS = checks.DRAFT_CUT.values  # the policies (docs/method.md#priced-drafts), resolved by ``cuts_drafts``
 BUCKETS = 7  # streaks 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
 PRIOR_KEPT, PRIOR_SEEN = 2.0, 3.0  # Beta(2, 1): an unseen bucket keeps two in three (docs/method.md#priced-drafts)
 
@@ -102,8 +102,7 @@ class KeepOdds:
 
 def check_policy(policy: str) -> None:
     """A ``draft_cut`` policy is one of DRAFT_CUTS (a refusal names the setting)."""
-    if policy not in DRAFT_CUTS:
-        raise checks.BadValue("draft_cut", f"must be one of {', '.join(DRAFT_CUTS)} (got {policy!r})")
+    checks.DRAFT_CUT.check(policy, "draft_cut")
 
 
 def cuts_drafts(policy: str, holds_model: bool) -> bool:

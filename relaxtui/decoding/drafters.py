@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaxtui import checks
 from relaxtui.decoding.draft_cut import check_policy, cuts_drafts
 from relaxtui.decoding.drafting import Draft, Drafter, DrafterTraits, DraftRequest
 from relaxtui.decoding.model_drafter import ModelDrafter
@@ -36,8 +37,6 @@ from relaxtui.decoding.priced import PricedDrafter, PriceSource
 from relaxtui.decoding.suffix import SuffixDrafter, SuffixSettings
 from relaxtui.decoding.vocab import VocabModel, check_vocab
 from relaxtui.engine.api import DraftHead, Model
-from relaxtui.errors import UserError
-from relaxtui.options import DRAFTER_SETTINGS
 
 __all__ = ["DRAFT_KINDS", "KINDS", "STANDALONE_KINDS", "Draft", "DraftRequest", "Drafter", "DrafterKind",
            "DrafterOptions", "DrafterTraits", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Openers", "check_options",
@@ -79,10 +78,9 @@ class DrafterOptions:
         of them together."""
         kind = drafter_kind(self.kind)  # an unknown kind: one line
         check_policy(self.draft_cut)
-        if not 0.0 <= self.p_min < 1.0:
-            raise UserError(f"--draft-p-min must be in [0, 1) (got {self.p_min})")
-        for setting in DRAFTER_SETTINGS:
-            setting.check.check(getattr(self, setting.name), setting.name)
+        checks.DRAFT_P_MIN.check(self.p_min, "draft_p_min")
+        for name, check in checks.DRAFTER.items():
+            check.check(getattr(self, name), name)
         kind.check(self)
 
 
@@ -180,7 +178,7 @@ def _mtp(options: DrafterOptions, verifier: VocabModel, openers: Openers) -> Dra
     """The verifier's own MTP head (its layers from ``options.model``, an MTP-only GGUF, when given); the verifier
     must have been loaded keeping its hidden rows (``load_pair`` does)."""
     if openers.mtp_head is None:
-        raise UserError("--draft-kind mtp drafts with a GGUF verifier's own MTP layers")
+        raise checks.BadValue("draft_kind", "mtp drafts with a GGUF verifier's own MTP layers")
     return MtpDrafter(openers.mtp_head(verifier, options), verifier, p_min=options.p_min)
 
 
@@ -255,10 +253,11 @@ STANDALONE_KINDS = tuple(name for name, kind in KINDS.items() if kind.standalone
 
 
 def drafter_kind(kind: str) -> DrafterKind:
-    try:
-        return KINDS[kind]
-    except KeyError:
-        raise UserError(f"unknown drafter kind {kind!r}; known: {', '.join(DRAFT_KINDS)}") from None
+    """The factory's kind called ``kind``; any other name is a refusal of the setting (each face spells it)."""
+    found = KINDS.get(kind)
+    if found is None:
+        raise checks.BadValue("draft_kind", f"must be one of {', '.join(DRAFT_KINDS)} (got {checks.quoted(kind)})")
+    return found
 
 
 def check_options(options: DrafterOptions, kinds: Iterable[str]) -> None:

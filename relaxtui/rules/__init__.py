@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any, TypeVar
 
+from relaxtui import checks
 from relaxtui.checks import BadValue
 from relaxtui.errors import UserError
 from relaxtui.rules.base import Decision, Rule, acceptance_probability, residual
@@ -157,10 +158,34 @@ def make(name: str, knob: float | None = None, *, temperature: float = 1.0) -> R
     return cls(knob, knob2=knob2, temperature=temperature or 1.0)
 
 
+class RuleSpec(checks.Text):
+    """The rule setting's check (relaxtui.options.RULE): text that names a known rule as ``NAME``, ``NAME:KNOB`` or
+    ``NAME:KNOB:KNOB2`` (or ``NAME[KNOB2NAME=VALUE]``, how the second knob rides in a name), each knob pinned in it
+    within the rule's range. Whether a rule without a pinned knob has one to run with depends on the knob given
+    apart (``alpha``): ``make`` says that. The spec is kept as it was given."""
+
+    def check(self, value: object, name: str) -> str:
+        spec = super().check(value, name)
+        try:
+            rule, knob = split_spec(spec)
+            cls = rule_class(second_knob(rule)[0])
+            if knob is not None:
+                cls.check_knob(knob)
+        except BadValue as exc:  # a knob's own refusal names alpha: here it is the knob pinned in the rule
+            raise BadValue(name, exc.problem if exc.name == "rule" else f"{spec!r}: the knob {exc.problem}") from None
+        except UserError:  # an unknown name
+            raise BadValue(name, f"must name a known rule (got {base_name(spec.partition(':')[0])!r}; known: "
+                                 f"{', '.join(RULES)})") from None
+        return spec
+
+
+RULE_SPEC = RuleSpec()
+
+
 def refuse_greedy(name: str) -> BadValue:
     """The one refusal of a rule that cannot run greedy: the factory raises it, the loop's re-check too."""
     return BadValue("rule", f"{name!r} cannot run greedy (temperature 0); give a temperature above 0")
 
 
-__all__ = ["PAPER_GRID", "RULES", "Decision", "Rule", "acceptance_probability", "base_name", "make", "refuse_greedy",
-           "residual", "rule_class", "second_knob", "split_spec"]
+__all__ = ["PAPER_GRID", "RULES", "RULE_SPEC", "Decision", "Rule", "RuleSpec", "acceptance_probability", "base_name",
+           "make", "refuse_greedy", "residual", "rule_class", "second_knob", "split_spec"]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from relaxtui.checks import BadValue
+from relaxtui.checks import BadValue, Choice
 from relaxtui.decoding.drafters import DRAFT_KINDS as drafter_kinds
 from relaxtui.decoding.drafters import drafter_kind
 from relaxtui.decoding.sampling import SamplingParams
@@ -50,6 +50,7 @@ TOP_K_OFF = -1  # how vLLM spells top-k off (the table's 0)
 MAX_COMPLETION_TOKENS = replace(MAX_TOKENS, field="max_completion_tokens")  # the newer name of max_tokens
 VERIFIER_ALONE = "none"  # the draft_kind that drafts nothing
 DRAFT_KINDS = (*drafter_kinds, VERIFIER_ALONE)
+REQUEST_DRAFT_KIND = replace(DRAFT_KIND, check=Choice(DRAFT_KINDS))  # the table's kinds, and the verifier alone
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _REFUSED_IF_SET = {  # OpenAI fields that would change the sampled distribution: refused unless neutral
     "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}, "tools": [], "functions": [],
@@ -206,9 +207,7 @@ def parse_speculative(value: object, defaults: Defaults, sampling: SamplingParam
         if knob is None and name == base.rule and ALPHA.key not in value:
             knob = base.knob  # the server's knob for its own rule
     draft_max = get_setting(value, DRAFT_MAX)
-    kind = get_setting(value, DRAFT_KIND)
-    if kind is not None and kind not in DRAFT_KINDS:
-        raise bad(DRAFT_KIND.request_name, f"must be one of {', '.join(DRAFT_KINDS)} (got {kind[:40]!r})")
+    kind = get_setting(value, REQUEST_DRAFT_KIND)
     if kind is not None and kind not in defaults.draft_kinds:
         raise bad(DRAFT_KIND.request_name, f"this server cannot draft with {kind!r} (it can: "
                                            f"{', '.join(defaults.draft_kinds)})")

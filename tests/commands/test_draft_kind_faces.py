@@ -56,8 +56,8 @@ def test_what_a_kind_declares_before_loading_is_what_its_drafter_says_once_built
 def test_every_face_takes_every_kind_and_refuses_an_unknown_one_at_parse_time(face, capsys):
     for kind in DRAFT_KINDS:
         assert parse([*FACES[face], "--draft-kind", kind]).draft_kind == kind
-    fails_with(capsys, [*FACES[face], "--draft-kind", "eagle"], f"unknown drafter kind 'eagle'; known: "
-                                                                f"{', '.join(DRAFT_KINDS)}")
+    fails_with(capsys, [*FACES[face], "--draft-kind", "eagle"], f"--draft-kind must be one of "
+                                                                f"{', '.join(DRAFT_KINDS)} (got 'eagle')")
 
 
 @pytest.mark.parametrize("kind", STANDALONE_KINDS)

@@ -85,7 +85,7 @@ def test_a_rule_is_named_the_same_way_everywhere():
 def test_generate_takes_name_colon_knob(capsys):
     # an unknown rule fails in one line before any model loads, whatever the spelling
     assert main(["generate", "hi", "--rule", "nope:1"]) == 2
-    assert "unknown rule 'nope'" in capsys.readouterr().err
+    assert "--rule must name a known rule (got 'nope'; known: strict," in capsys.readouterr().err
     assert main(["generate", "hi", "--rule", "mentored:2"]) == 2  # the knob is validated like --alpha
     assert "out of range for 'mentored'" in capsys.readouterr().err
 

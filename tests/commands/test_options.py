@@ -34,7 +34,7 @@ from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.display import terminal_text
 from relaxtui.errors import UserError
 from relaxtui.evals.run.plan import EvalPlan
-from relaxtui.options import ALPHA, DRAFT_MAX, SETTINGS, SPECULATIVE, SPECULATIVE_N, Setting, as_flag
+from relaxtui.options import DRAFT_MAX, SETTINGS, SPECULATIVE, SPECULATIVE_N, Setting, as_flag
 from relaxtui.rules import make
 from relaxtui.serve.body import ApiError
 from relaxtui.serve.protocol import CompletionRequest, parse_request
@@ -194,7 +194,15 @@ def test_text_that_is_not_utf8_is_one_line_naming_the_argument(capsys, parse_onl
     (["generate", "hi", "--threads", "0"], "--threads must be >= 1 (got 0)"),
     (["generate", "hi", "--gpu-layers", "-2"], "--gpu-layers must be >= -1 (got -2)"),
     (["generate", "hi", "--ctx-size", TOO_BIG], f"--ctx-size must be <= {INT32_MAX}"),
-    (["generate", "hi", "--alpha", "x"], "argument --alpha: must be a number (got 'x')"),
+    (["generate", "hi", "--alpha", "x"], "--alpha must be a number (got 'x')"),
+    (["generate", "hi", "--alpha=-inf"], "--alpha must be a finite number (got '-inf')"),
+    (["generate", "hi", "--rule", "nope"], "--rule must name a known rule (got 'nope'; known: strict, "),
+    (["chat", "--rule", "mentored:2"], "--rule 'mentored:2': the knob 2 is out of range for 'mentored'"),
+    (["serve", "--rule", "cactus:x"], "--rule 'cactus:x': the knob after ':' must be a number"),
+    (["eval", "aime", "--rule", "strict", "topk-delta:0.5:0"], "--rule 'topk-delta': 0 is out of range for k"),
+    (["generate", "hi", "--draft-kind", "eagle"], "--draft-kind must be one of model, ngram, "),
+    (["generate", "hi", "--draft-cut", "always"], "--draft-cut must be one of auto, priced, none (got 'always')"),
+    (["serve", "--bonus", "p"], "--bonus must be one of auto, target, relaxed (got 'p')"),
     (["bench", "--parallel", "1,0"], "invalid --parallel list: '1,0'"),
     (["rules", "bench", "--vocab", "1"], "--vocab must be in 2..2097152 (got 1)"),
     (["chat", "--draft-max", "65"], "--draft-max must be in 0..64 (got 65)"),
@@ -286,13 +294,16 @@ def test_every_draft_max_reads_the_table_and_shares_its_top():
     assert SPECULATIVE_N.wider is DRAFT_MAX.check and found["generate"].type("auto") == "auto"
 
 
+HAND_WRITTEN = {("tune", "alpha")}  # tune's own --rule/--alpha lists (commands/tune.py), not yet the table's
+
+
 def test_every_flag_of_a_table_setting_takes_the_tables_check():
     flags = table_flags()
     assert {("generate", "temperature"), ("serve", "max_tokens"), ("models pair", "ctx_size"), ("eval", "parallel"),
             ("chat", "seed"), ("bench", "draft_max")} <= {(command, action.dest) for command, action, _ in flags}
     for command, action, setting in flags:
-        if setting is ALPHA:
-            continue  # --alpha stays finite_float: the table's knob may be -inf in a file, never on a command line
+        if (command, setting.name) in HAND_WRITTEN:
+            continue
         table = setting.check.inner if isinstance(setting.check, checks.Maybe) else setting.check
         check = action.type.check  # type: ignore[union-attr]
         assert setting.flag in action.option_strings, (command, action.option_strings)
@@ -347,7 +358,9 @@ def request(fields: dict[str, object]) -> CompletionRequest:
     ({"speculative": {"rule": "mentored"}}, "speculative.alpha", "is missing: rule 'mentored' needs a knob"),
     ({"speculative": {"rule": "cactus:1", "alpha": 2}}, "speculative.alpha", "2 and the knob pinned in rule"),
     ({"speculative": {"rule": "cactus:x"}}, "speculative.rule", "'cactus:x': the knob after ':' must be a number"),
-    ({"speculative": {"rule": "nope"}}, "speculative.rule", "unknown rule 'nope'; known rules: strict"),
+    ({"speculative": {"rule": "nope"}}, "speculative.rule", "must name a known rule (got 'nope'; known: strict"),
+    ({"speculative": {"rule": "cactus:-1"}}, "speculative.rule", "'cactus:-1': the knob -1 is out of range"),
+    ({"speculative": {"draft_kind": "eagle"}}, "speculative.draft_kind", "must be one of model, ngram, "),
     ({"speculative": {"rule": "scd:0.5", "draft_kind": "ngram"}}, "speculative.draft_kind", "rule 'scd' needs the"),
     ({"temperature": -1}, "temperature", "must be >= 0 (got -1)"),
     ({"temperature": 1e-9}, "temperature", "must be 0 (greedy) or at least 1e-05"),
@@ -387,3 +400,41 @@ def test_which_drafter_kinds_need_no_file_is_read_from_their_traits():
     assert {kind: drafts_without_file(kind) for kind in DRAFT_KINDS} == {
         "model": False, "mtp": True, **dict.fromkeys(STANDALONE_KINDS, True)}
     assert set(DRAFT_KINDS) == {"model", "mtp", *STANDALONE_KINDS}
+
+
+def test_text_settings_are_the_tables_too():
+    """The rule, the drafter kind, the cut, the bonus and --draft-adapt are entries of the table (issue 45): each flag
+    is added from its entry, and the factory checks the drafter settings with the table's own checks."""
+    from relaxtui.decoding.drafters import DRAFT_KINDS as kinds
+    from relaxtui.options import BONUS, DRAFT_ADAPT, DRAFT_CUT, DRAFT_KIND, DRAFTER_SETTINGS, RULE
+
+    assert {s.name: s.check for s in DRAFTER_SETTINGS} == checks.DRAFTER
+    assert DRAFT_KIND.check.values == kinds and DRAFT_CUT.check is checks.DRAFT_CUT and BONUS.check is checks.BONUS
+    for command in ("generate", "chat", "serve", "eval"):
+        parser, action = find((command,), "rule")
+        assert action.type.check is RULE.check, command  # type: ignore[union-attr]
+    for setting in (DRAFT_KIND, DRAFT_CUT, BONUS):
+        parser, action = find(("generate",), setting.name)
+        assert action.type.check is setting.check and action.default == setting.default  # type: ignore[union-attr]
+    parser, action = find(("generate",), "draft_adapt")
+    assert isinstance(action, argparse._StoreTrueAction) and DRAFT_ADAPT.flag in action.option_strings
+
+
+def test_a_choice_setting_reads_one_definition_on_every_face():
+    """What a new choice setting gets from its entry alone (a relax scope, say): the flag, the request field, the
+    text a settings panel reads, each refusing the same words with its own spelling."""
+    from relaxtui.serve.body import get_setting
+
+    scope = Setting("scope", checks.Choice(("all", "thinking", "answer")), "all", "where", "--scope",
+                    field="speculative.scope")
+    parser = argparse.ArgumentParser()
+    scope.add(parser)
+    assert parser.parse_args([]).scope == "all" and parser.parse_args(["--scope", "answer"]).scope == "answer"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^--scope must be one of all, thinking, answer \(got 'x'\)$"):
+        parser._actions[-1].type("x")  # type: ignore[misc]
+    assert get_setting({"scope": "thinking"}, scope) == "thinking"
+    with pytest.raises(ApiError, match=r"^speculative.scope: must be one of all, thinking, answer \(got 3\)$"):
+        get_setting({"scope": 3}, scope)
+    assert scope.read(" answer ") == "answer" and scope.read("") is None
+    with pytest.raises(BadValue, match=r"^the scope must be one of all, thinking, answer \(got 'x'\)$"):
+        scope.read("x", "the scope")

@@ -149,7 +149,7 @@ def test_folder_of_another_run_is_refused_before_loading_models(capsys, tmp_path
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["eval", "aime", "--rule", "nope"], "unknown rule 'nope'"),
+    (["eval", "aime", "--rule", "nope"], "--rule must name a known rule (got 'nope'"),
     (["eval", "aime", "--rule", "mentored", "--alpha", "2"], "out of range for 'mentored'"),
     (["eval", "aime", "--limit", "0"], "--limit must be >= 1"),
     (["eval", "aime", "--draft-max", "0"], "--draft-max must be in 1..64 (got 0)"),
