@@ -318,6 +318,8 @@ THINKING = FLAG
 DRAFT_MIN = Whole(0)
 DRAFT_CUT = Choice(("auto", "priced", "none"))  # priced drafting's policy (docs/method.md#priced-drafts)
 BONUS = Choice(("auto", "target", "relaxed"))  # the bonus token from: the rule's policy, p, the rule's target
+RELAX_SCOPE = Choice(("all", "thinking", "answer"))  # where a relaxed rule judges: everywhere, inside <think>…</think>
+# only, outside it only (docs/method.md#relaxation-scoped-to-thinking)
 # What shapes a drafter that opens no model, by setting name: the factory checks its options with these, and the
 # option table's entries (relaxtui.options.DRAFTER_SETTINGS) are these names with these checks
 DRAFTER: dict[str, Check] = {

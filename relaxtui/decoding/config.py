@@ -36,6 +36,8 @@ class GenerationConfig:
     # (serve's logprobs): candidate rows then carry the row's normaliser (whole rows always give it)
     record_rows: bool = False  # keep each round's drafts and sparse p/q rows (``Finished.round_rows``) for a replay
     # of other rules on the same drafts (costmodel/replay.py); off: one attribute check per round, nothing kept
+    relax_scope: str = "all"  # where the rule relaxes: "all", "thinking" (inside <think>…</think> only) or "answer"
+    # (outside it only); the rounds outside the scope are strict's (decoding/thinking.py)
 
     def __post_init__(self) -> None:
         checks.DRAFT_MAX.check(self.draft_max, "draft_max")  # (named as the option table names them)
@@ -48,3 +50,4 @@ class GenerationConfig:
             raise UserError("a stop string must not be empty")
         if self.bonus not in BONUS_POLICIES:
             raise checks.BadValue("bonus", f"must be one of {', '.join(BONUS_POLICIES)} (got {self.bonus!r})")
+        checks.RELAX_SCOPE.check(self.relax_scope, "relax_scope")

@@ -35,6 +35,7 @@ from relaxtui.decoding.events import Finished, Metrics, RoundRows, RoundTiming, 
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
 from relaxtui.decoding.round_rows import record_round
 from relaxtui.decoding.sampling import one_hot, spawn_generators
+from relaxtui.decoding.thinking import ScopeTracker, scope_tracker
 from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule, refuse_greedy
@@ -100,12 +101,23 @@ class Slot:
     saved: object | None = None  # this round: the verifier's state before the verify batch, when its drafts are
     # longer than its recurrent-state snapshots reach (restored and the kept tokens decoded again on a rejection)
     recorded: list[RoundRows] = field(default_factory=list)  # every round's rows (config.record_rows), for a replay
+    scope: ScopeTracker | None = None  # --relax-scope thinking/answer: which rounds the rule judges (None: every one)
+    inside: bool = False  # the context (`last` included) is inside a thinking block (read only with a scope)
 
     @cached_property
     def acceptance(self) -> Acceptance:
-        """How this slot's rounds accept (the rule, its sampling, bonus and row paths): made once, read per round."""
-        return Acceptance(self.rule, self.config.sampling, self.config.bonus, self.config.dense_rows,
-                          show=self.config.top_alternatives > 0)
+        """How this slot's rounds accept (the rule, its sampling, bonus and row paths): made once, read per round.
+        A look-ahead rule sizes its window from the N the generation asked for, not each round's draft length."""
+        return self._acceptance(self.rule)
+
+    @cached_property
+    def strict_acceptance(self) -> Acceptance:
+        """How a round outside the rule's scope accepts (``scope``): strict, with the same sampling and rows."""
+        return self._acceptance(Strict())
+
+    def _acceptance(self, rule: Rule) -> Acceptance:
+        return Acceptance(rule, self.config.sampling, self.config.bonus, self.config.dense_rows,
+                          show=self.config.top_alternatives > 0, draft_max=self.config.draft_max)
 
     @property
     def draft_tokens(self) -> list[int]:
@@ -133,7 +145,21 @@ def check_request(verifier: Model, prompt: Sequence[int], config: GenerationConf
         if rule.needs_draft_logits and not traits.has_distribution:
             raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {traits.kind!r}, "
                             "whose drafts are tokens without a distribution")
+        rule.check_draft_max(config.draft_max)  # (FLy at N = 1: one line naming draft_max)
+    if config.relax_scope != "all":
+        scope_tracker(config.relax_scope, verifier.thinking)  # a verifier that marks no thinking block: one line
     return rule
+
+
+def open_scope(verifier: Model, prompt: Sequence[int], config: GenerationConfig,
+               rule: Rule) -> tuple[ScopeTracker | None, bool]:
+    """A generation's scope tracker (None: the rule judges every round — scope ``all``, or strict, which every scope
+    leaves as it is) and whether its context starts inside a thinking block, read from the prompt's tokens."""
+    if config.relax_scope == "all" or isinstance(rule, Strict):
+        return None, False
+    scope = scope_tracker(config.relax_scope, verifier.thinking)
+    assert scope is not None  # (a scope other than all)
+    return scope, scope.inside_after(prompt, False)
 
 
 def open_slot(verifier: Model, seq: int, prompt: Sequence[int], config: GenerationConfig, rule: Rule | None,
@@ -159,11 +185,12 @@ def open_slot(verifier: Model, seq: int, prompt: Sequence[int], config: Generati
         verifier.set_candidates(seq, None)  # no generation runs on them: whole rows again
         raise
     now = clock()
+    scope, inside = open_scope(verifier, prompt, config, rule)
     return Slot(seq, verifier, drafter, rule, config, len(prompt), list(prompt), draft_rng, accept_rng,
                 DraftLength(draft_max, max(config.draft_min, 1), config.adaptive), RoundCounters(draft_max), tag,
                 prefill_s=now - started, prefill_decoded=decoded, started=now,
                 llama_before=llama_seconds(verifier, drafter), copied_before=copied_bytes(verifier, drafter),
-                finish=None if prefilled else "stopped")
+                finish=None if prefilled else "stopped", scope=scope, inside=inside)
 
 
 def plan(slot: Slot) -> bool:
@@ -190,11 +217,22 @@ def draft_all(slots: Sequence[Slot]) -> None:
         requests = [DraftRequest(s.seq, s.context, s.n, s.config.sampling, s.draft_rng, whole_rows=_whole_rows(s),
                                  alternatives=s.config.top_alternatives) for s in drafting]
         for slot, draft in zip(drafting, drafter.draft(requests), strict=True):
+            if slot.scope is not None:  # a round never straddles a thinking block's tag
+                draft = _cut_at_tag(draft, slot.scope, drafter.traits.holds_model)
             if draft.tokens and len(draft.tokens) >= slot.config.draft_min:
                 slot.draft = draft if drafter.traits.has_distribution else _one_hot(draft, slot.verifier.n_vocab)
             slot.extra_steps += draft.extra_steps
     for slot in slots:
         _checkpoint(slot)
+
+
+def _cut_at_tag(draft: Draft, scope: ScopeTracker, holds_model: bool) -> Draft:
+    """The draft up to and including its first thinking tag (``ScopeTracker.cut``); a model's steps past it count as
+    extra draft steps, as a price cut's do."""
+    keep = scope.cut(draft.tokens)
+    if keep == len(draft.tokens):
+        return draft
+    return draft.first(keep, draft.extra_steps + (len(draft.tokens) - keep if holds_model else 0))
 
 
 def _whole_rows(slot: Slot) -> bool:
@@ -221,7 +259,14 @@ def accept(slot: Slot, target_logits: Any) -> list[Emitted]:
     the verifier's cache, tell the drafter how many it got and what the round emitted (before the verifier decodes
     again: a drafter that reads the verifier's hidden rows finds this batch's)."""
     drafter = slot.drafter
-    emitted = accept_draft(slot.draft, target_logits, slot.acceptance, slot.accept_rng, _bonus_step(slot))
+    acceptance, bonus_step = slot.acceptance, _bonus_step(slot)
+    if slot.scope is not None:  # scoped: the rule judges this round only inside its scope, strict does elsewhere
+        relaxed = slot.scope.relaxes(slot.inside)
+        acceptance = acceptance if relaxed else slot.strict_acceptance
+        # the bonus follows the drafts, in the state after them: the rule's own only where no tag moved it out
+        if not relaxed or slot.scope.inside_after(slot.draft_tokens, slot.inside) != slot.inside:
+            bonus_step = None
+    emitted = accept_draft(slot.draft, target_logits, acceptance, slot.accept_rng, bonus_step)
     n_accepted = len(emitted) - 1
     if slot.config.record_rows:  # (before the trim: an engine's rows are views of a buffer the next decode reuses)
         slot.recorded.append(record_round(slot.counters.rounds, slot.draft, target_logits, slot.config.sampling,
@@ -285,6 +330,8 @@ def commit(slot: Slot, emitted: list[Emitted]) -> list[tuple[int, Emitted, str]]
             break
     for item in emitted:  # (every token the round emitted: the verifier's cache holds them, EOG included)
         slot.context.append(item.token_id)
+    if slot.scope is not None:
+        slot.inside = slot.scope.inside_after([item.token_id for item in emitted], slot.inside)
     if slot.finish is None and len(slot.output) >= slot.config.max_tokens:
         slot.finish = "max_tokens"
     return shown

@@ -32,8 +32,10 @@ from relaxtui.engine.rows import (
     softmax,
     top_of,
 )
+from relaxtui.engine.thinking import Thinking, ThinkTags
 
-__all__ = ["MAX_DRAFT", "DraftHead", "Model", "Row", "RowSpec", "Rows", "SeqDecode", "TopLogits", "WholeRow",
+__all__ = ["MAX_DRAFT", "DraftHead", "Model", "Row", "RowSpec", "Rows", "SeqDecode", "ThinkTags", "Thinking",
+           "TopLogits", "WholeRow",
            "WholeRows", "as_array", "as_plain", "as_row", "as_rows", "position", "row_order",
            "rows_through_decode_many", "softmax", "top_of"]
 
@@ -86,6 +88,8 @@ class Model(Protocol):
     def set_candidates(self, seq: int, spec: RowSpec | None) -> bool: ...  # False: whole rows stay
     def is_eog(self, token: int) -> bool: ...
     def token_piece(self, token: int, *, special: bool = False) -> bytes: ...
+    @property
+    def thinking(self) -> Thinking: ...  # the thinking block its tokenizer and template mark (--relax-scope)
 
 
 

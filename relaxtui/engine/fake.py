@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from relaxtui.engine.api import Rows, RowSpec, SeqDecode, rows_through_decode_many, top_of
+from relaxtui.engine.thinking import Thinking, find_thinking
 from relaxtui.errors import ContextFull
 
 FAKE_WORDS = (" the", " cat", " sat", " on", " a", " warm", " mat", ".", " It", " purred", " softly", ",",
@@ -40,13 +41,14 @@ class FakeBackend:
     add_bos = False
 
     def __init__(self, logits_fn: LogitsFn, n_vocab: int, *, n_ctx: int = 4096, eog: int | None = None,
-                 pieces: Sequence[bytes] | None = None, n_seq: int = 1) -> None:
+                 pieces: Sequence[bytes] | None = None, n_seq: int = 1, chat_template: str | None = None) -> None:
         self.logits_fn = logits_fn
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
         self.n_seq = n_seq
         self.eog = eog
         self.pieces = list(pieces) if pieces is not None else [f"<{t}>".encode() for t in range(n_vocab)]
+        self.chat_template = chat_template  # its source, read only for the thinking block it marks (None: none)
         self.caches: list[list[int]] = [[] for _ in range(n_seq)]
         self.decode_seconds = 0.0
         self.copied_bytes = 0  # the fake's rows are numpy already: nothing crosses from llama.cpp
@@ -148,6 +150,13 @@ class FakeBackend:
 
     def token_piece(self, token: int, *, special: bool = False) -> bytes:
         return self.pieces[token]
+
+    @property
+    def thinking(self) -> Thinking:
+        """A thinking block where its pieces hold both tags (each a token of its own) and its template writes them."""
+        def whole_piece(text: str) -> list[int]:
+            return [t for t, piece in enumerate(self.pieces) if piece == text.encode()][:1]
+        return find_thinking(whole_piece, self.token_piece, self.chat_template)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Each character maps to a token id (mod vocabulary); enough for prompts in tests."""

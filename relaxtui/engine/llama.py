@@ -18,6 +18,7 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from relaxtui.engine.batching import BatchDecoding
 from relaxtui.engine.candidates import CandidateSamplers
 from relaxtui.engine.gguf import read_header
 from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SequenceMemory, Snapshots
+from relaxtui.engine.thinking import Thinking, find_thinking
 from relaxtui.errors import UserError
 
 WARMUP_MIN_ROWS = 2  # the narrowest warm-up block: llama.cpp's (BOS, EOS)
@@ -246,6 +248,12 @@ class LlamaModel(SequenceMemory, BatchDecoding):
             tokens = (_llama.llama_token * capacity)()
             n = _llama.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
         return list(tokens[:n])
+
+    @cached_property
+    def thinking(self) -> Thinking:
+        """The thinking block its tokenizer and chat template mark (engine/thinking.py), found once."""
+        return find_thinking(lambda text: self.tokenize(text, add_special=False, parse_special=True),
+                             lambda token: self.token_piece(token, special=True), self.header.chat_template)
 
     def metadata(self, key: str) -> str | None:
         value = self.header.metadata.get(key)
