@@ -45,15 +45,16 @@ def think_pair(seed: int = 3) -> tuple[FakeBackend, ModelDrafter, np.ndarray, np
     return think_fake(target), ModelDrafter(think_fake(draft), VOCAB), target, draft
 
 
-def inside_before(prompt: list[int], tokens: list[int]) -> list[bool]:
+def inside_before(prompt: list[int], tokens: list[int], tags: tuple[int, int] = (OPEN, CLOSE)) -> list[bool]:
     """For each emitted token, whether its context (the prompt and the tokens before it) is inside a thinking block
-    — written here from the tags, not with the tracker under test."""
+    opened and closed by ``tags`` — written here from the tags, not with the tracker under test."""
+    opening, closing = tags
     inside, states = False, []
     for token in prompt:
-        inside = True if token == OPEN else False if token == CLOSE else inside
+        inside = True if token == opening else False if token == closing else inside
     for token in tokens:
         states.append(inside)
-        inside = True if token == OPEN else False if token == CLOSE else inside
+        inside = True if token == opening else False if token == closing else inside
     return states
 
 

@@ -34,6 +34,14 @@ tide is full. Write a haiku about the sea. The user asks a question and the assi
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+# Qwen3's thinking template, cut to what relaxtui reads: ChatML, and an empty block closed in the prompt when thinking
+# is off; the model opens its own block when on. THINK_OPENED opens it in the prompt (DeepSeek-R1's, Qwen3-2507's).
+QWEN3_THINKING = (CHATML[:CHATML.index("{% if add_generation_prompt %}")] + "{% if add_generation_prompt %}"
+                  "{{ '<|im_start|>assistant\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
+                  "{{ '<think>\n\n</think>\n\n' }}{% endif %}{% endif %}")
+THINK_OPENED = (CHATML[:CHATML.index("{% if add_generation_prompt %}")] +
+                "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n<think>\n' }}{% endif %}")
+THINK_TAGS = ("<think>", "</think>")  # Qwen3's: added tokens that are not special (USER_DEFINED in its GGUF)
 N_MERGES = 160
 # Qwen2's pre-tokeniser splits roughly like this; only used to learn merges, llama.cpp tokenises with its own.
 _WORDS = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+")
@@ -83,6 +91,15 @@ def vocabulary() -> Vocab:
     return Vocab(tuple(tokens) + SPECIALS, tuple(merges), tuple(int(t) for t in types))
 
 
+@lru_cache(maxsize=1)
+def thinking_vocabulary() -> Vocab:
+    """``vocabulary()`` and Qwen3's think tags after its specials, each one token (USER_DEFINED, as Qwen3's GGUF
+    has them): the ids of every other token are the same, so it drafts for the other tiny models and they for it."""
+    base = vocabulary()
+    return Vocab(base.tokens + THINK_TAGS, base.merges,
+                 base.types + (int(gguf.TokenType.USER_DEFINED),) * len(THINK_TAGS))
+
+
 def _merge(word: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
     out, i = [], 0
     while i < len(word):
@@ -129,10 +146,11 @@ class _Weights:
 
 
 def _writer(path: Path, arch: str, dims: Dims, n_layer: int, hparams: dict[str, int | float | list[int]],
-            overrides: dict[str, int | float | list[int] | None] | None) -> gguf.GGUFWriter:
-    """A writer with the tokenizer and the hyper-parameters (``{arch}.`` keys, ``overrides`` replacing or, with
-    None, removing some) already added."""
-    vocab = vocabulary()
+            overrides: dict[str, int | float | list[int] | None] | None, *, vocab: Vocab | None = None,
+            template: str = CHATML) -> gguf.GGUFWriter:
+    """A writer with the tokenizer (``vocabulary()`` unless given) and the hyper-parameters (``{arch}.`` keys,
+    ``overrides`` replacing or, with None, removing some) already added."""
+    vocab = vocab or vocabulary()
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tiny-random-{arch}")
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -159,7 +177,7 @@ def _writer(path: Path, arch: str, dims: Dims, n_layer: int, hparams: dict[str, 
     w.add_eos_token_id(vocab.id("<|im_end|>"))
     w.add_pad_token_id(vocab.id("<|endoftext|>"))
     w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    w.add_chat_template(template)
     return w
 
 
@@ -245,12 +263,15 @@ def write_qwen35(path: str | Path, *, mtp_layers: int = 1, seed: int = 0, trunk:
     return path
 
 
-def write_dense(path: str | Path, *, seed: int = 1, n_layer: int = 2, n_ctx_train: int = DENSE.n_ctx_train) -> Path:
-    """A dense qwen3 with the qwen35 model's vocabulary and tokenizer: a drafter for it, or a dense verifier."""
+def write_dense(path: str | Path, *, seed: int = 1, n_layer: int = 2, n_ctx_train: int = DENSE.n_ctx_train,
+                thinking: str | None = None) -> Path:
+    """A dense qwen3 with the qwen35 model's vocabulary and tokenizer: a drafter for it, or a dense verifier.
+    ``thinking``: a chat template; the vocabulary then has Qwen3's think tags (``thinking_vocabulary``), so the
+    model marks a thinking block where the template writes one (``QWEN3_THINKING``, ``THINK_OPENED``; CHATML: never)."""
     path = Path(path)
     dims = dataclasses.replace(DENSE, n_ctx_train=n_ctx_train)
-    vocab = vocabulary()
-    w = _writer(path, "qwen3", dims, n_layer, {}, None)
+    vocab = thinking_vocabulary() if thinking is not None else vocabulary()
+    w = _writer(path, "qwen3", dims, n_layer, {}, None, vocab=vocab, template=thinking or CHATML)
     rnd = _Weights(seed)
     n_vocab, e = len(vocab.tokens), dims.n_embd
     w.add_tensor("token_embd.weight", rnd.vector(n_vocab * e, 1.0).reshape(n_vocab, e))
