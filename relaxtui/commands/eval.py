@@ -26,6 +26,7 @@ from relaxtui.commands.common import (
 )
 from relaxtui.console import ProgressDisplay
 from relaxtui.costmodel.profiles import CostProfile, load_profile
+from relaxtui.decoding.thinking import check_scope_on
 from relaxtui.display import one_line
 from relaxtui.errors import UserError
 from relaxtui.evals.analysis.race_view import decision_lines, race_json, race_rows, render_race_table
@@ -211,6 +212,7 @@ def open_executor(args: argparse.Namespace, options: ModelOptions, plan: EvalPla
 
     pair = load_pair(options)
     try:
+        check_scope_on(pair.verifier, plan.relax_scope)  # a verifier that marks no thinking block: before the folder
         tokenize = sample_tokenizer(pair.verifier, thinking=thinking)
     except BaseException:
         pair.close()

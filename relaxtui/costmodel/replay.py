@@ -125,10 +125,15 @@ def chain(chances: np.ndarray) -> tuple[float, float]:
 
 
 # -- many rounds ----------------------------------------------------------------------------------------------------
-def why_not_replayable(rule: Rule, runs: Sequence[RecordedRun], n: int | None = None) -> str | None:
-    """Why ``rule`` cannot be replayed on these runs (None: it can, exactly)."""
+def why_not_replayable(rule: Rule, runs: Sequence[RecordedRun], n: int | None = None, *,
+                       scope: str = "all") -> str | None:
+    """Why ``rule`` cannot be replayed on these runs (None: it can, exactly); ``scope``: where it relaxes
+    (--relax-scope: a scoped rule is strict on the other side of a thinking tag)."""
     if not runs:
         return "no recorded rounds"
+    if scope != "all" and rule.name != "strict":
+        return (f"{rule.name} relaxes only {'inside' if scope == 'thinking' else 'outside'} thinking blocks "
+                f"(--relax-scope {scope}), and the recorded rounds do not say which side of a tag each was on")
     if n is not None and n > min(run.draft_max for run in runs):
         return f"rounds recorded at N={min(run.draft_max for run in runs)} cannot replay N={n}"
     if getattr(rule, "lookahead", False):  # (a trait of rules/base.py's newer rules; absent: none has it)
@@ -162,13 +167,14 @@ def _truncated(runs: Sequence[RecordedRun], n: int | None) -> bool:
                for side in (r.p, r.q))
 
 
-def replay(runs: Sequence[RecordedRun], rule: Rule, *, n: int | None = None, bonus_steps: float = 0.0) -> Replay:
+def replay(runs: Sequence[RecordedRun], rule: Rule, *, n: int | None = None, bonus_steps: float = 0.0,
+           scope: str = "all") -> Replay:
     """The rule's expected counters on the recorded rounds (at draft length ``n`` ≤ the recorded N: each round's
     first n drafts; None: as recorded). ``bonus_steps``: drafter steps a fully accepted round pays for a relaxed bonus
     (the drafter's ``bonus_steps`` where the rule's bonus policy draws from its target at N+1; else 0)."""
     shown = repr(rule)
     n_replayed = n if n is not None else max((run.draft_max for run in runs), default=0)
-    why = why_not_replayable(rule, runs, n)
+    why = why_not_replayable(rule, runs, n, scope=scope)
     if why is not None:
         return Replay(shown, n_replayed, None, why_not=why)
     lengths: dict[int, float] = {}
@@ -256,10 +262,12 @@ class SettingReplay:
 
 def replay_settings(recorded: Mapping[int, Sequence[RecordedRun]], settings: Iterable[tuple[Rule, int]],
                     profile: CostProfile, *, min_gain: float = MIN_GAIN,
-                    bonus_steps: Mapping[str, float] | None = None) -> tuple[float, list[SettingReplay]]:
+                    bonus_steps: Mapping[str, float] | None = None,
+                    scope: str = "all") -> tuple[float, list[SettingReplay]]:
     """Screen every (rule, N) on the strict runs recorded per N: (best strict N's replayed speed-up, one line per
     setting). A setting at N replays the runs recorded at N, else the shortest recorded N above it, cut to N. The
-    best strict N is strict replayed on each recorded N's own rounds, the best of them."""
+    best strict N is strict replayed on each recorded N's own rounds, the best of them. ``scope``: where the settings
+    relax (--relax-scope: other than all, none of them replays)."""
     strict = Strict()
     strict_at = {n: replay(runs, strict).speedup(profile) or 0.0 for n, runs in recorded.items() if runs}
     best = max(strict_at.values(), default=0.0)
@@ -269,7 +277,8 @@ def replay_settings(recorded: Mapping[int, Sequence[RecordedRun]], settings: Ite
                                                               default=None)
         runs = recorded[source] if source is not None else ()
         cut = None if source == n else n
-        found = replay(runs, rule, n=cut, bonus_steps=(bonus_steps or {}).get(rule.name, 0.0)) if runs else \
+        steps = (bonus_steps or {}).get(rule.name, 0.0)
+        found = replay(runs, rule, n=cut, bonus_steps=steps, scope=scope) if runs else \
             Replay(repr(rule), n, None, why_not=f"no strict run at N >= {n} was recorded")
         speedup = found.speedup(profile)
         strict_speedup = strict_at.get(n) if source == n else (replay(runs, strict, n=n).speedup(profile)

@@ -35,7 +35,7 @@ from relaxtui.decoding.events import Finished, Metrics, RoundRows, RoundTiming, 
 from relaxtui.decoding.prefill import copy_cached_prompt, prefill
 from relaxtui.decoding.round_rows import record_round
 from relaxtui.decoding.sampling import one_hot, spawn_generators
-from relaxtui.decoding.thinking import ScopeTracker, scope_tracker
+from relaxtui.decoding.thinking import ScopeTracker, check_scope_on, scope_tracker
 from relaxtui.engine.api import Model
 from relaxtui.errors import UserError
 from relaxtui.rules import Rule, refuse_greedy
@@ -146,8 +146,7 @@ def check_request(verifier: Model, prompt: Sequence[int], config: GenerationConf
             raise UserError(f"rule {rule.name!r} needs the drafter's logits; use a model drafter, not {traits.kind!r}, "
                             "whose drafts are tokens without a distribution")
         rule.check_draft_max(config.draft_max)  # (FLy at N = 1: one line naming draft_max)
-    if config.relax_scope != "all":
-        scope_tracker(config.relax_scope, verifier.thinking)  # a verifier that marks no thinking block: one line
+    check_scope_on(verifier, config.relax_scope)  # a verifier that marks no thinking block: one line
     return rule
 
 

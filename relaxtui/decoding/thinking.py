@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relaxtui.checks import RELAX_SCOPE, BadValue
-from relaxtui.engine.api import Thinking, ThinkTags
+from relaxtui.engine.api import Model, Thinking, ThinkTags
 
 RELAX_SCOPES = RELAX_SCOPE.values
 
@@ -64,3 +64,10 @@ def scope_tracker(scope: str, thinking: Thinking) -> ScopeTracker | None:
         raise BadValue("relax_scope", f"{scope!r} needs a thinking block, and {thinking.missing}: only 'all' runs "
                                       "with this verifier")
     return ScopeTracker(thinking.tags, relax_inside=scope == "thinking")
+
+
+def check_scope_on(verifier: Model, scope: str) -> None:
+    """Refuse ``scope`` in one line naming the setting where ``verifier`` marks no thinking block: what every
+    generation checks before decoding, and a face right after loading (before a run folder is touched)."""
+    if scope != "all":
+        scope_tracker(scope, verifier.thinking)

@@ -338,3 +338,15 @@ def test_replay_settings_screens_each_setting_on_its_own_n():
     for line in lines:
         if line.speedup is not None:
             assert line.verdict.pays == (line.speedup >= MIN_GAIN * max(best, 1.0))
+
+
+def test_a_setting_scoped_to_thinking_is_not_replayed():
+    """--relax-scope thinking/answer: the recorded strict rounds do not say which side of a thinking tag each was on,
+    so a scoped relaxed setting runs unscreened; strict, the same on either side, still replays."""
+    runs = {2: [RecordedRun(recorded(BOUNDED, seed=0, draft_max=2, max_tokens=30)[0].round_rows, BOUNDED, 2)]}
+    _, lines = replay_settings(runs, [(make("mentored", 0.7), 2), (Strict(), 2)], MACHINE, scope="thinking")
+    scoped, strict = lines
+    assert scoped.speedup is None and scoped.verdict.pays and "--relax-scope thinking" in (scoped.replay.why_not or "")
+    assert strict.speedup is not None
+    _, unscoped = replay_settings(runs, [(make("mentored", 0.7), 2)], MACHINE)
+    assert unscoped[0].speedup is not None

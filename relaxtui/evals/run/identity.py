@@ -52,8 +52,12 @@ class RunIdentity:
         # cut by price (its traits will say so: DrafterTraits.cut), so folders of model drafters from before keep
         # resuming (prices are this machine's, as its timings are)
         cut = {"draft_cut": "priced"} if kind.cuts(options.draft_cut) else {}
+        # relaxation scoped to thinking (docs/method.md#relaxation-scoped-to-thinking) judges other rounds strictly:
+        # named only where it is not "all", so folders from before keep resuming
+        scoped = {"relax_scope": plan.relax_scope} if plan.relax_scope != "all" else {}
         settings = {
-            **batched, **cut, "task": task.name, "task_version": task.version, "verifier": Path(options.verifier).name,
+            **batched, **cut, **scoped, "task": task.name, "task_version": task.version,
+            "verifier": Path(options.verifier).name,
             "drafter": Path(model_drafter).name if model_drafter else options.draft_kind,
             "draft_kind": options.draft_kind,
             # the n-gram sizes where the kind is built from them (its traits say so: prompt lookup)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from relaxtui.checks import RELAX_SCOPE
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
 from relaxtui.evals.run.results import GridPoint
@@ -26,8 +27,10 @@ class EvalPlan:
     adaptive: bool = False
     record_rows: bool = False  # speculative units keep their rounds' rows beside their records, for a replay of
     # other rules on the same drafts (costmodel/replay.py); not part of the run's identity: outputs do not change
+    relax_scope: str = "all"  # where every relaxed point of the run relaxes (--relax-scope, decoding/thinking.py)
 
     def __post_init__(self) -> None:
+        RELAX_SCOPE.check(self.relax_scope, "relax_scope")
         if self.repeats < 1:
             raise UserError(f"--repeats must be >= 1 (got {self.repeats})")
         if not self.rules and not self.no_spec:

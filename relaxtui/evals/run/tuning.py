@@ -71,7 +71,7 @@ def recorded_strict(directory: Path, identity: RunIdentity, ns: Sequence[int],
 
 def screen_settings(points: Sequence[GridPoint], recorded: Mapping[int, Sequence[RecordedRun]], stage: StrictStage,
                     profile: CostProfile | None, *, temperature: float, min_gain: float = MIN_GAIN,
-                    screen: bool = True) -> tuple[list[Screened], list[Entrant]]:
+                    screen: bool = True, relax_scope: str = "all") -> tuple[list[Screened], list[Entrant]]:
     """Each relaxed point's screen line, and the entrants that race: those that pass (every one with ``screen``
     off), each needing the speed-up over strict at its N that puts it ``min_gain`` above the best strict N and the
     verifier alone. Without a profile nothing is replayed (no prices): every setting races."""
@@ -79,7 +79,7 @@ def screen_settings(points: Sequence[GridPoint], recorded: Mapping[int, Sequence
     lines: list[Screened] = []
     if profile is not None:
         rules = [(make(p.rule, p.knob, temperature=temperature), p.draft_max) for p in points if p.rule]
-        _, replays = replay_settings(recorded, rules, profile, min_gain=min_gain)
+        _, replays = replay_settings(recorded, rules, profile, min_gain=min_gain, scope=relax_scope)
         lines = [Screened(p.label, r.verdict.pays or not screen, r.verdict.reason, r.speedup)
                  for p, r in zip(points, replays, strict=True)]
     else:

@@ -116,6 +116,7 @@ def unit_config(plan: EvalPlan, unit: WorkUnit) -> tuple[GenerationConfig, Rule 
     config = GenerationConfig(draft_max=unit.point.draft_max, max_tokens=plan.max_tokens, sampling=plan.sampling,
                               seed=unit.seed, bonus=plan.bonus, draft_min=plan.draft_min, adaptive=plan.adaptive,
                               record_rows=plan.record_rows and unit.point.rule is not None,
+                              relax_scope=plan.relax_scope,
                               stop=tuple(unit.sample.meta.get("stop", ())),  # a task file's stop strings
                               dense_rows=True, logprobs=True,  # the drift signals read each token's log p(x)
                               # at T=1, which only whole rows give for every token of every rule: every config of a
