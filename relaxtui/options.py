@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 from relaxtui import checks
 from relaxtui.checks import ArgType, BadValue, quoted
@@ -97,18 +97,28 @@ class Setting:
                                    **kwargs)
 
     def read(self, text: str, name: str | None = None) -> Any:
-        """A value typed as text somewhere other than a command line (the chat's settings panel): parsed and checked
-        by the table's check, a refusal naming the setting as ``name`` (its own name when None); empty: None."""
+        """A value typed as text somewhere other than a command line (the chat's settings panel): read as the value a
+        file would hold (a whole number, a number, the text) and checked by the table's check, which may take what a
+        flag does not (a cascade's ``-inf`` knob); a refusal names the setting as ``name`` (its own name when None).
+        Empty: None."""
         text, name = text.strip(), name or self.name
         if not text:
             return None
         check = self.check.inner if isinstance(self.check, checks.Maybe) else self.check
         if isinstance(check, checks.Flag):
             raise TypeError(f"{self.name}: an on/off setting is not typed as text")
+        value: object = text
         try:
-            return check.option(name)(text)
-        except argparse.ArgumentTypeError as exc:
-            raise BadValue(name, str(exc).removeprefix(f"{name} ")) from None
+            if isinstance(check, checks.Whole):
+                value = int(text)
+            elif isinstance(check, checks.Number):
+                value = float(text)
+        except ValueError:  # also Python's limit on int-string conversion
+            kind = "whole number" if isinstance(check, checks.Whole) else "number"
+            raise BadValue(name, f"must be a {kind} (got {quoted(text)})") from None
+        if isinstance(check, checks.Number):
+            return check.check(value, name, quoted(text)[1:-1])
+        return check.check(value, name)
 
 
 # A list of draft lengths to speculate with (eval's and tune's grids, bench's N = 1..this): N = 0 is the verifier
@@ -181,6 +191,37 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     BONUS, DRAFT_ADAPT, CTX_SIZE, THREADS, GPU_LAYERS, PARALLEL, *DRAFTER_SETTINGS)}
 SPECULATIVE = tuple(s for s in SETTINGS.values() if (s.field or "").startswith("speculative."))
 """The request extension's fields (``"speculative": {...}``), in the table's order."""
+
+
+NO_DRAFTER = "none"  # who drafts when nothing does: the verifier alone (a request's draft_kind, the chat's drafter)
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """The speculative settings a server request and a chat turn share: the rule and its knob, the draft length, and
+    who drafts (``none``: the verifier alone; a drafter kind; in the chat's drafter switch also a model file). A
+    request's ``speculative`` object and a saved chat's ``settings`` carry them (``chat.ChatSettings`` adds the
+    sampling and the budget of a turn); each field reads the check of its entry in the table."""
+
+    rule: str = RULE.default
+    knob: float | None = ALPHA.default
+    draft_max: int = DRAFT_MAX.default
+    drafter: str = DRAFT_KIND.default
+    CHECKS: ClassVar[dict[str, checks.Check]] = {
+        "rule": RULE.check, "knob": ALPHA.check, "draft_max": DRAFT_MAX.check, "drafter": checks.TEXT}
+    """Each field's check (a subclass adds its own fields'); tests walk it against the fields."""
+
+    @property
+    def drafts(self) -> bool:
+        """Whether a turn with these settings speculates at all."""
+        return self.drafter != NO_DRAFTER and self.draft_max > 0
+
+    def checked(self, where: str = "") -> Any:
+        """Itself, once every field has passed its check (the one its flag uses), each refusal naming the field as
+        ``{where}{field}`` (``settings.seed must be >= 0 (got -1)``)."""
+        for field in fields(self):
+            self.CHECKS[field.name].check(getattr(self, field.name), f"{where}{field.name}")
+        return self
 
 
 def as_flag(exc: UserError) -> UserError:

@@ -26,10 +26,11 @@ import uvicorn  # noqa: E402
 
 from relaxtui.commands.serve import bind  # noqa: E402
 from relaxtui.decoding.sampling import SamplingParams  # noqa: E402
+from relaxtui.options import Speculative  # noqa: E402
 from relaxtui.serve.app import ServeSettings, build_app  # noqa: E402
 from relaxtui.serve.pair import FakeServedPair  # noqa: E402
 from relaxtui.serve.policy import Policy  # noqa: E402
-from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, Speculative  # noqa: E402
+from relaxtui.serve.protocol import DRAFT_KINDS, Defaults  # noqa: E402
 from relaxtui.serve.scheduler import Scheduler  # noqa: E402
 
 KINDS = ("suffix", "ngram-cache", "ngram-mod")

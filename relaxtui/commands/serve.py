@@ -34,10 +34,10 @@ from relaxtui.costmodel.profiles import THIS_MACHINE, load_profile
 from relaxtui.decoding.drafters import STANDALONE_KINDS, check_options
 from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
-from relaxtui.options import DRAFT_MAX, MAX_TOKENS
+from relaxtui.options import DRAFT_MAX, MAX_TOKENS, Speculative
 from relaxtui.serve.body import ApiError
 from relaxtui.serve.policy import DEFAULT_SCOPES, Policy, parse_allow_kinds, parse_allow_rules
-from relaxtui.serve.protocol import VERIFIER_ALONE, Defaults, Speculative
+from relaxtui.serve.protocol import VERIFIER_ALONE, Defaults
 
 if TYPE_CHECKING:
     import uvicorn

@@ -132,7 +132,7 @@ def build_app(scheduler: Scheduler, settings: ServeSettings,
     def card(served: ServedPair) -> dict[str, Any]:
         return {"id": served.name, "object": "model", "created": int(time.time()), "owned_by": "relaxtui",
                 "meta": {"n_ctx_slot": served.n_ctx, "n_vocab": served.n_vocab, "slots": served.verifier.n_seq,
-                         "drafter": settings.defaults.speculative.draft_kind, "priced_by": scheduler.profile_name,
+                         "drafter": settings.defaults.speculative.drafter, "priced_by": scheduler.profile_name,
                          "system_fingerprint": served.fingerprint,
                          "policy": settings.defaults.policy.describe(keyed=bool(settings.api_keys))}}
 

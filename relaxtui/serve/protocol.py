@@ -29,12 +29,14 @@ from relaxtui.options import (
     DRAFT_KIND,
     DRAFT_MAX,
     MAX_TOKENS,
+    NO_DRAFTER,
     RULE,
     SEED,
     SPECULATIVE,
     TEMPERATURE,
     TOP_K,
     TOP_P,
+    Speculative,
 )
 from relaxtui.rules import Rule, make, split_spec
 from relaxtui.serve.body import bad, get_bool, get_int, get_setting, get_text, json_type, setting_error
@@ -48,7 +50,7 @@ MAX_TOP_LOGPROBS = 20
 MAX_PROMPTS = 64  # prompts in one /v1/completions batch
 TOP_K_OFF = -1  # how vLLM spells top-k off (the table's 0)
 MAX_COMPLETION_TOKENS = replace(MAX_TOKENS, field="max_completion_tokens")  # the newer name of max_tokens
-VERIFIER_ALONE = "none"  # the draft_kind that drafts nothing
+VERIFIER_ALONE = NO_DRAFTER  # the draft_kind that drafts nothing
 DRAFT_KINDS = (*drafter_kinds, VERIFIER_ALONE)
 REQUEST_DRAFT_KIND = replace(DRAFT_KIND, check=Choice(DRAFT_KINDS))  # the table's kinds, and the verifier alone
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -56,20 +58,6 @@ _REFUSED_IF_SET = {  # OpenAI fields that would change the sampled distribution:
     "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}, "tools": [], "functions": [],
     "repetition_penalty": 1, "min_p": 0,
 }
-
-
-@dataclass(frozen=True)
-class Speculative:
-    """The request extension ``"speculative": {"rule", "alpha", "draft_max", "draft_kind"}``, resolved."""
-
-    rule: str = "strict"
-    knob: float | None = None
-    draft_max: int = 3
-    draft_kind: str = "model"  # a drafter kind ("model", "ngram" prompt lookup, …) or "none" (the verifier alone)
-
-    @property
-    def drafts(self) -> bool:
-        return self.draft_kind != VERIFIER_ALONE and self.draft_max > 0
 
 
 @dataclass(frozen=True)
@@ -214,7 +202,7 @@ def parse_speculative(value: object, defaults: Defaults, sampling: SamplingParam
     if kind is not None:
         defaults.policy.check_kind(kind, DRAFT_KIND.request_name, VERIFIER_ALONE)
     speculative = Speculative(name, knob, base.draft_max if draft_max is None else draft_max,
-                              base.draft_kind if kind is None else kind)
+                              base.drafter if kind is None else kind)
     rule = request_rule(speculative, sampling)
     speculative = replace(speculative, knob=rule.knob)  # the knob the rule runs with (its default when none given)
     if speculative.drafts:
@@ -234,9 +222,9 @@ def request_rule(speculative: Speculative, sampling: SamplingParams) -> Rule:
     except UserError as exc:  # an unknown rule name (the message lists the known ones)
         raise bad(RULE.request_name, str(exc)) from None
     # a kind whose drafts carry no distribution (prompt lookup, the n-gram family, suffix) has no logits to give
-    if speculative.drafts and rule.needs_draft_logits and not drafter_kind(speculative.draft_kind).has_distribution:
+    if speculative.drafts and rule.needs_draft_logits and not drafter_kind(speculative.drafter).has_distribution:
         raise bad(DRAFT_KIND.request_name, f"rule {rule.name!r} needs the drafter's logits, which "
-                                           f"{speculative.draft_kind!r} drafts without; use a model drafter")
+                                           f"{speculative.drafter!r} drafts without; use a model drafter")
     return rule
 
 

@@ -18,7 +18,7 @@ from relaxtui.costmodel.pricing import END_REASON, Rounds, priced_speedup
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.decoding.events import Finished, Metrics, TokenEvent, Verdict
 from relaxtui.errors import UserError
-from relaxtui.serve.protocol import Speculative
+from relaxtui.options import Speculative
 
 VERDICTS = {Verdict.ACCEPTED: "accepted", Verdict.RESAMPLED: "rejected", Verdict.BONUS: "bonus",
             Verdict.VERIFIER: "verifier"}
@@ -181,7 +181,7 @@ def stats(totals: Totals, speculative: Speculative, profile: CostProfile | None)
         speedup = None
     return {
         "rule": speculative.rule, "alpha": _knob(speculative.knob), "draft_max": speculative.draft_max,
-        "draft_kind": speculative.draft_kind, "rounds": totals.rounds, "num_drafts": totals.drafts,
+        "draft_kind": speculative.drafter, "rounds": totals.rounds, "num_drafts": totals.drafts,
         "num_draft_tokens": totals.draft_tokens, "num_accepted_tokens": totals.accepted_tokens,
         "num_accepted_tokens_per_pos": list(totals.accepted_per_position),
         "acceptance_rate": totals.accepted_tokens / totals.draft_tokens if totals.draft_tokens else 0.0,

@@ -273,7 +273,7 @@ class Scheduler:
         # the drafter of the kind asked for: the pair's own, or a standalone kind's (one per scope where it learns),
         # cut by price where the server's --draft-cut says (the pair built it so)
         try:
-            drafter = pair.drafter_for(spec.draft_kind, scope) if spec.drafts else None
+            drafter = pair.drafter_for(spec.drafter, scope) if spec.drafts else None
         except BadValue as exc:
             raise setting_error(exc) from None
         jobs = []

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from relaxtui import checks
 from relaxtui.costmodel.calibrate import LoopCosts
@@ -23,7 +23,16 @@ from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.engine.api import Model
 from relaxtui.engine.fake import FAKE_WORDS
-from relaxtui.options import DRAFT_KIND
+from relaxtui.options import (
+    DRAFT_KIND,
+    MAX_TOKENS,
+    NO_DRAFTER,
+    SEED,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    Speculative,
+)
 from relaxtui.rules import Rule, make
 from relaxtui.text import Message
 
@@ -31,7 +40,6 @@ if TYPE_CHECKING:  # imported lazily at run time: only the real engine loads lla
     from relaxtui.engine.llama import LlamaModel
     from relaxtui.session import ModelOptions, Pair
 
-NO_DRAFTER = "none"
 FAKE_DRAFTER = "fake-drafter"  # the fake pair's drafter LM, as the settings panel offers it
 # what the status line adds after the drafter's name, as each kind's traits word it (a drafter LM: its file's name)
 KIND_WORDS = {name: kind.about for name, kind in KINDS.items() if kind.about}
@@ -59,26 +67,20 @@ def offered(started: str, files: Sequence[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class ChatSettings:
-    """Everything the settings panel edits; ``validated()`` turns it into a rule and a generation config."""
+class ChatSettings(Speculative):
+    """Everything the settings panel edits: the speculative settings a request has too, and a turn's sampling, budget
+    and thinking; ``validated()`` turns it into a rule and a generation config."""
 
-    rule: str = "strict"
-    knob: float | None = None
-    draft_max: int = 3
-    temperature: float = 0.6
-    top_k: int = 20
-    top_p: float = 0.95
-    thinking: bool = False
     drafter: str = NO_DRAFTER
+    temperature: float = TEMPERATURE.default
+    top_k: int = TOP_K.default
+    top_p: float = TOP_P.default
+    thinking: bool = False
     max_tokens: int = 512
-    seed: int = 0
-
-    def checked(self, where: str = "") -> ChatSettings:
-        """Itself, once every field has passed its one check (``SETTING_CHECKS``: the same check as the flag's),
-        each refusal naming the field as ``{where}{field}`` (``settings.seed must be >= 0 (got -1): ...``)."""
-        for name, check in SETTING_CHECKS.items():
-            check.check(getattr(self, name), f"{where}{name}")
-        return self
+    seed: int = SEED.default
+    CHECKS: ClassVar[dict[str, checks.Check]] = {
+        **Speculative.CHECKS, "temperature": TEMPERATURE.check, "top_k": TOP_K.check, "top_p": TOP_P.check,
+        "thinking": checks.THINKING, "max_tokens": MAX_TOKENS.check, "seed": SEED.check}
 
     def validated(self, where: str = "") -> tuple[Rule, GenerationConfig]:
         """Raise UserError (one clear line) on any bad value; return what the loop needs."""
@@ -91,12 +93,7 @@ class ChatSettings:
         return rule, config
 
 
-# every ChatSettings field -> the check its flag uses too (tests walk this table against the dataclass's fields)
-SETTING_CHECKS: dict[str, checks.Check] = {
-    "rule": checks.TEXT, "knob": checks.KNOB, "draft_max": checks.DRAFT_MAX, "temperature": checks.TEMPERATURE,
-    "top_k": checks.TOP_K, "top_p": checks.TOP_P, "thinking": checks.THINKING, "drafter": checks.TEXT,
-    "max_tokens": checks.MAX_TOKENS, "seed": checks.SEED,
-}
+SETTING_CHECKS = ChatSettings.CHECKS  # every ChatSettings field -> its check in the option table (tests walk it)
 
 
 @dataclass(frozen=True)

@@ -280,9 +280,10 @@ def test_a_request_picks_the_servers_one_instance_of_its_kind(kind):
 
 def test_the_scheduler_hands_a_requests_jobs_the_shared_drafter_of_its_kind():
     from relaxtui.decoding.sampling import SamplingParams
+    from relaxtui.options import Speculative
     from relaxtui.serve.pair import FakeServedPair
     from relaxtui.serve.protocol import DRAFT_KINDS as SERVED
-    from relaxtui.serve.protocol import Defaults, Speculative, parse_request
+    from relaxtui.serve.protocol import Defaults, parse_request
     from relaxtui.serve.scheduler import Scheduler, Ticket
 
     pair = FakeServedPair(1)
@@ -303,9 +304,10 @@ def test_the_scheduler_hands_a_requests_jobs_the_shared_drafter_of_its_kind():
 
 def test_a_request_for_a_rule_that_needs_logits_on_a_kind_without_them_is_a_400():
     from relaxtui.decoding.sampling import SamplingParams
+    from relaxtui.options import Speculative
     from relaxtui.serve.body import ApiError
     from relaxtui.serve.protocol import DRAFT_KINDS as SERVED
-    from relaxtui.serve.protocol import Defaults, Speculative, parse_request
+    from relaxtui.serve.protocol import Defaults, parse_request
 
     defaults = Defaults(Speculative("strict", None, 3, "model"), SamplingParams(1.0, 0, 1.0), 0, None, None, SERVED)
     body = {"prompt": "x", "speculative": {"rule": "scd:0.5", "draft_kind": "suffix"}}

@@ -22,9 +22,9 @@ from relaxtui.evals.run.identity import RunIdentity
 from relaxtui.evals.run.plan import EvalPlan
 from relaxtui.evals.run.results import MANIFEST, MANIFEST_CHECKS, read_manifest
 from relaxtui.evals.tasks import get
-from relaxtui.options import SETTINGS, SPECULATIVE, TOP_K, Setting
+from relaxtui.options import SETTINGS, SPECULATIVE, TOP_K, Setting, Speculative
 from relaxtui.serve.body import ApiError
-from relaxtui.serve.protocol import TOP_K_OFF, Speculative, parse_request
+from relaxtui.serve.protocol import TOP_K_OFF, parse_request
 from relaxtui.session import ModelOptions
 from relaxtui.tui.app import RelaxApp
 from relaxtui.tui.engine import SETTING_CHECKS, ChatSettings, ModelInfo
@@ -89,6 +89,24 @@ def no_screen(monkeypatch):
     monkeypatch.setattr(RelaxApp, "run", refuse)
 
 
+def test_a_chat_turn_and_a_request_share_one_dataclass_of_speculative_settings():
+    """The rule, its knob, the draft length and who drafts are one dataclass (options.Speculative) for a request and a
+    chat turn, each field checked by its entry in the option table."""
+    from relaxtui.options import ALPHA, DRAFT_MAX, RULE
+
+    assert issubclass(ChatSettings, Speculative)
+    shared = [field.name for field in dataclasses.fields(Speculative)]
+    assert shared == [field.name for field in dataclasses.fields(ChatSettings)][:len(shared)]
+    assert (SETTING_CHECKS["rule"], SETTING_CHECKS["knob"], SETTING_CHECKS["draft_max"]) == (
+        RULE.check, ALPHA.check, DRAFT_MAX.check)
+    request = parse_request({"messages": [{"role": "user", "content": "x"}], "speculative": {"rule": "cactus:1"}},
+                            chat=True, defaults=SERVE_DEFAULTS, n_vocab=16)
+    assert type(request.speculative) is Speculative and request.speculative.drafts
+    assert not ChatSettings().drafts and ChatSettings(drafter="ngram").drafts  # the chat's default: no drafter
+    with pytest.raises(checks.BadValue, match=r"^settings.rule must name a known rule \(got 'nope'"):
+        ChatSettings(rule="nope").checked("settings.")
+
+
 def test_the_checks_cover_every_setting_a_saved_chat_has():
     fields = {field.name for field in dataclasses.fields(ChatSettings)}
     document = json.loads(saved_chat_text("seed", "0"))
@@ -149,15 +167,16 @@ def test_a_saved_chat_with_good_settings_still_resumes(tmp_path):
 def test_the_chat_flag_uses_the_same_check(setting):
     _, action = find(("chat",), CHAT_FLAGS[setting])
     check = SETTING_CHECKS[setting]
-    if isinstance(check, (checks.Whole, checks.Number)):
-        assert action.type.check is check, setting  # type: ignore[union-attr]
+    if setting not in ("drafter", "thinking"):  # (the chat's own: a model file or a kind; on/off)
+        table = check.inner if isinstance(check, checks.Maybe) else check
+        assert action.type.check is table, setting  # type: ignore[union-attr]
     for value in bad_values(check):  # and a flag's text of each bad value is refused too
         text = json.loads(value) if isinstance(json.loads(value), str) else value
         if action.choices is not None:
             assert text not in action.choices
             continue
-        if setting == "knob" or (isinstance(check, checks.Text) and text == "3"):
-            continue  # --alpha is finite_float (stricter than the file's knob); "3" is text on a command line
+        if isinstance(check, checks.Text) and text == "3":
+            continue  # "3" is text on a command line
         with pytest.raises(argparse.ArgumentTypeError):
             action.type(text)  # type: ignore[misc]
 
@@ -205,7 +224,8 @@ def test_the_request_fields_are_the_tables_and_cover_what_the_server_reads():
     assert {s.field for s in SETTINGS.values() if s.field} == {
         "temperature", "top_k", "top_p", "seed", "max_tokens", "speculative.rule", "speculative.alpha",
         "speculative.draft_max", "speculative.draft_kind"}
-    assert {s.key for s in SPECULATIVE} == set(dataclasses.asdict(Speculative()).keys()) - {"knob"} | {"alpha"}
+    assert {s.key for s in SPECULATIVE} == set(dataclasses.asdict(Speculative()).keys()) - {"knob", "drafter"} | {
+        "alpha", "draft_kind"}
 
 
 @pytest.mark.parametrize("setting,value", walk(REQUEST_SETTINGS))

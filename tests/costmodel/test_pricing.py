@@ -22,7 +22,7 @@ from relaxtui.evals.analysis.report import render_table, summarise
 from relaxtui.evals.run.results import GridPoint
 from relaxtui.evals.run.units import WorkUnit, make_record
 from relaxtui.evals.tasks.base import Sample, Score
-from relaxtui.serve.protocol import Speculative
+from relaxtui.options import Speculative
 from relaxtui.serve.render import Totals, stats
 from tests.support.markov import VOCAB, fake, random_table
 

@@ -482,8 +482,9 @@ def test_a_bad_second_knob_is_one_line(spec, message):
 
 
 def test_the_servers_request_reader_takes_a_second_knob():
+    from relaxtui.options import Speculative
     from relaxtui.serve.body import ApiError
-    from relaxtui.serve.protocol import Defaults, Speculative, parse_speculative
+    from relaxtui.serve.protocol import Defaults, parse_speculative
 
     defaults = Defaults(Speculative("strict", None, 3, "model"), PLAIN)
     speculative, rule = parse_speculative({"rule": "topk-delta:0.5:15"}, defaults, PLAIN)

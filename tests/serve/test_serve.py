@@ -25,10 +25,11 @@ from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Finished
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, softmax
+from relaxtui.options import Speculative
 from relaxtui.rules import make
 from relaxtui.serve.app import ServeSettings, build_app
 from relaxtui.serve.pair import FakeServedPair
-from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, Speculative, parse_request
+from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, parse_request
 from relaxtui.serve.scheduler import Scheduler, Ticket
 from tests.support.markov import random_table
 from tests.support.servers import GREEDY, WAIT_S, client, raw, running

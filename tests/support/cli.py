@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 from relaxtui.cli import build_parser, main
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.options import Speculative
 from relaxtui.serve.protocol import DRAFT_KINDS as SERVED_KINDS
-from relaxtui.serve.protocol import Defaults, Speculative
+from relaxtui.serve.protocol import Defaults
 
 NOT_FINITE = ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e999"]
 NOT_UTF8 = "\udcff"  # what Python makes of argv byte 0xff (surrogateescape)

@@ -19,10 +19,11 @@ import uvicorn
 
 from relaxtui.commands.serve import bind
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.options import Speculative
 from relaxtui.serve.app import ServeSettings, build_app
 from relaxtui.serve.pair import FakeServedPair
 from relaxtui.serve.policy import Policy
-from relaxtui.serve.protocol import DRAFT_KINDS, Defaults, Speculative
+from relaxtui.serve.protocol import DRAFT_KINDS, Defaults
 from relaxtui.serve.scheduler import Scheduler
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0, top_p=1.0)

@@ -151,13 +151,13 @@ async def test_settings_are_validated():
 
         knob.value = "1.5"
         await pilot.click("#set-apply")
-        await wait_until(pilot, lambda: notified("out of range for 'mentored'"))
+        await wait_until(pilot, lambda: notified("knob 1.5 is out of range for 'mentored'"))
         assert app.settings.rule == "strict"
         knob.value = "0.7"
         app.query_one("#set-draft-max", Input).value = "x"
         knob.focus()
         await pilot.press("enter")  # submitting any field applies, like the button
-        await wait_until(pilot, lambda: notified("draft length must be a whole number"))
+        await wait_until(pilot, lambda: notified("draft length N must be a whole number (got 'x')"))
         app.query_one("#set-draft-max", Input).value = "4"
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.settings.rule == "mentored")
@@ -713,7 +713,7 @@ def _bad_files(tmp_path):
         "missing.json": (variant(messages=[{"role": "user"}]), "messages[0].content is missing"),
         "event.json": (variant(messages=[{"role": "assistant", "content": "", "events": [{"index": 0}]}]),
                        "messages[0].events[0].token_id is missing"),
-        "rule.json": (variant(settings={"rule": "nonsense"}), "unknown rule"),
+        "rule.json": (variant(settings={"rule": "nonsense"}), "settings.rule must name a known rule (got 'nonsense'"),
         "big.json": (" " * (MAX_BYTES + 1), "larger than"),
         "binary.json": (b"\xff\xfe\x00garbage", "not JSON"),
     }

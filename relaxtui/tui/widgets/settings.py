@@ -17,20 +17,26 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding.drafters import STANDALONE_KINDS
 from relaxtui.errors import UserError
+from relaxtui.options import ALPHA, DRAFT_MAX, MAX_TOKENS, RULE, SEED, TEMPERATURE, TOP_K, TOP_P
 from relaxtui.rules import PAPER_GRID, RULES
 from relaxtui.tui.engine import KIND_WORDS, NO_DRAFTER, ChatSettings
 
-# (id, label, tooltip) of the number fields, in the order they are shown and tabbed through
+# (id, label, setting) of the number fields, in the order they are shown and tabbed through: each is read and checked
+# by its entry in the option table (relaxtui.options), whose help is its tooltip
 NUMBER_FIELDS = (
-    ("set-draft-max", "draft length N", "drafted tokens per round (0 = verifier alone)"),
-    ("set-temperature", "temperature", "sampling temperature of both models (0 = greedy)"),
-    ("set-top-k", "top-k", "keep the k likeliest tokens (0 = off)"),
-    ("set-top-p", "top-p", "nucleus mass to keep (1 = off)"),
-    ("set-seed", "seed", "seed of the drafting and acceptance draws"),
-    ("set-max-tokens", "max tokens", "longest reply, in tokens"),
+    ("set-draft-max", "draft length N", DRAFT_MAX),
+    ("set-temperature", "temperature", TEMPERATURE),
+    ("set-top-k", "top-k", TOP_K),
+    ("set-top-p", "top-p", TOP_P),
+    ("set-seed", "seed", SEED),
+    ("set-max-tokens", "max tokens", MAX_TOKENS),
 )
+
+LABELS = {"alpha": "knob", **{setting.name: label for _, label, setting in NUMBER_FIELDS}}  # a setting as the panel
+# spells it
 
 
 # the drafter choice's tooltip, from the factory's kinds and their own words
@@ -47,16 +53,6 @@ def knob_label(rule: str) -> str:
     """'knob (delta)' for cactus, 'knob' for a rule without one."""
     name = knob_name(rule)
     return f"knob ({name})" if name else "knob"
-
-
-def _number(text: str, name: str, kind: type = float) -> float | int | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        return kind(text)
-    except ValueError:
-        raise UserError(f"{name} must be a {'whole ' if kind is int else ''}number (got {text!r})") from None
 
 
 def _values(settings: ChatSettings) -> dict[str, str]:
@@ -97,15 +93,15 @@ class SettingsPanel(Vertical):
             with Horizontal(classes="row"):
                 yield Label("rule", classes="label")
                 yield Select([(name, name) for name in RULES], value=s.rule, allow_blank=False, compact=True,
-                             id="set-rule", tooltip="acceptance rule")
+                             id="set-rule", tooltip=RULE.help)
             with Horizontal(classes="row"):
                 yield Label(knob_label(s.rule), id="set-knob-label", classes="label")
                 yield Input("" if s.knob is None else f"{s.knob:g}", compact=True, id="set-knob",
                             tooltip="the rule's knob; empty = its default")
-            for field_id, label, tooltip in NUMBER_FIELDS:
+            for field_id, label, setting in NUMBER_FIELDS:
                 with Horizontal(classes="row"):
                     yield Label(label, classes="label")
-                    yield Input(values[field_id], compact=True, id=field_id, tooltip=tooltip)
+                    yield Input(values[field_id], compact=True, id=field_id, tooltip=setting.help)
             with Horizontal(classes="row"):
                 yield Label("drafter", classes="label")
                 yield Select([(d, d) for d in self.drafters], value=self._drafter_value(s), allow_blank=False,
@@ -152,24 +148,21 @@ class SettingsPanel(Vertical):
 
     def read(self) -> ChatSettings:
         """The form as ChatSettings; raises UserError with a clear message on bad input (empty = unchanged)."""
-        def number(field_id: str, name: str, kind: type, current: float | int) -> float | int:
-            value = _number(self.query_one(f"#{field_id}", Input).value, name, kind)
-            return current if value is None else kind(value)
-
-        s = self.settings
+        typed = {}
+        for field_id, label, setting in NUMBER_FIELDS:  # empty: the setting as it was
+            value = setting.read(self.query_one(f"#{field_id}", Input).value, label)
+            typed[setting.name] = getattr(self.settings, setting.name) if value is None else value
         settings = ChatSettings(
             rule=str(self.query_one("#set-rule", Select).value),
-            knob=_number(self.query_one("#set-knob", Input).value, "knob"),
-            draft_max=int(number("set-draft-max", "draft length", int, s.draft_max)),
-            temperature=float(number("set-temperature", "temperature", float, s.temperature)),
-            top_k=int(number("set-top-k", "top-k", int, s.top_k)),
-            top_p=float(number("set-top-p", "top-p", float, s.top_p)),
+            knob=ALPHA.read(self.query_one("#set-knob", Input).value, "knob"),
             thinking=self.query_one("#set-thinking", Checkbox).value,
             drafter=str(self.query_one("#set-drafter", Select).value),
-            max_tokens=int(number("set-max-tokens", "max tokens", int, s.max_tokens)),
-            seed=int(number("set-seed", "seed", int, s.seed)),
+            **typed,
         )
-        settings.validated()
+        try:
+            settings.validated()
+        except BadValue as exc:  # a lower layer names the setting (alpha, draft_max): the panel spells it as its label
+            raise exc.spelled(LABELS.get(exc.name, exc.name)) from None
         return settings
 
     @on(Select.Changed, "#set-rule")
