@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -363,10 +365,44 @@ def _open(path: Path, body, *args: Any) -> Any:
 
 def read_header(path: str | Path, *, keep_arrays: bool = False) -> GGUFHeader:
     """Read and validate a GGUF file's key/value header and tensor-info table. Raises UserError (one line)
-    when the file is missing, not GGUF, or corrupt anywhere in what is read."""
+    when the file is missing, not GGUF, or corrupt anywhere in what is read.
+
+    Parsed once per process and file (``_HEADERS``): a face starting checks the same two files several times (the
+    model checks, the capacity check, each load), and walking a 152k-token vocabulary's strings takes a third of a
+    second each time. The cache is keyed by the file's identity as ``stat`` gives it (device, inode, size, and the
+    modification and change times in nanoseconds), so a file rewritten or replaced is parsed again. A file changed
+    in the last ``SETTLED_NS`` is parsed every time: the kernel stamps times at its clock tick, so two writes a few
+    milliseconds apart may leave the same times (git's "racily clean" index entries, the same care)."""
     path = Path(path)
     check_regular(path, "model file")  # missing: "model file not found: PATH"; a FIFO or a folder: one line too
-    return _open(path, _parse, keep_arrays)
+    identity = _identity(path)
+    key = (str(path), keep_arrays, identity)
+    with _HEADERS_LOCK:
+        header = _HEADERS.get(key)
+    if header is None:
+        header = _open(path, _parse, keep_arrays)
+        if identity is not None and time.time_ns() - max(identity[3:]) > SETTLED_NS:
+            with _HEADERS_LOCK:
+                _HEADERS[key] = header
+                while len(_HEADERS) > MAX_CACHED_HEADERS:
+                    del _HEADERS[next(iter(_HEADERS))]  # the oldest parsed first
+    return header
+
+
+MAX_CACHED_HEADERS = 32  # a process reads a few models; a header without its arrays is kilobytes
+SETTLED_NS = 2_000_000_000  # a file's times older than this are trusted to change with its next write
+_HEADERS: dict[tuple[str, bool, tuple[int, ...] | None], GGUFHeader] = {}
+_HEADERS_LOCK = threading.Lock()  # (faces read headers from worker threads too)
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """The file's identity for the header cache: what changes when it is rewritten or replaced (None: not known).
+    The last two are its modification and change times."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 def read_array(header: GGUFHeader, key: str) -> list[Any]:
