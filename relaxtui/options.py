@@ -131,6 +131,10 @@ _OWN_KNOBS = ", ".join(f"{name} {cls.knob_default:g}" for name, cls in RULES.ite
 ALPHA = Setting("alpha", checks.KNOB, None, f"the rule's knob (default: the rule's own where it has one: {_OWN_KNOBS}; "
                 "every other relaxed rule needs one; ranges: `relaxtui rules list`)", "--alpha",
                 field="speculative.alpha")
+RELAX_SCOPE = Setting("relax_scope", checks.RELAX_SCOPE, "all", "where a relaxed rule relaxes: all; thinking (only "
+                      "inside <think>...</think>: the answer stays strict's given the reasoning); answer (only outside "
+                      "it); strict elsewhere (docs/method.md#relaxation-scoped-to-thinking)", "--relax-scope",
+                      field="speculative.relax_scope")
 DRAFT_MAX = Setting("draft_max", checks.DRAFT_MAX, 3, "draft length N (0 = verifier alone)", "--draft-max",
                     ("--spec-draft-n-max",), field="speculative.draft_max")
 DRAFT_KIND = Setting("draft_kind", checks.Choice(DRAFT_KINDS), "model",
@@ -187,8 +191,8 @@ DRAFTER_SETTINGS = (NGRAM_MIN, NGRAM_MAX, NGRAM_SIZE_N, NGRAM_SIZE_M, NGRAM_MIN_
 checks them by name with ``checks.DRAFTER``, the same checks)."""
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    RULE, ALPHA, DRAFT_MAX, DRAFT_KIND, TEMPERATURE, TOP_K, TOP_P, SEED, MAX_TOKENS, DRAFT_MIN, DRAFT_P_MIN, DRAFT_CUT,
-    BONUS, DRAFT_ADAPT, CTX_SIZE, THREADS, GPU_LAYERS, PARALLEL, *DRAFTER_SETTINGS)}
+    RULE, ALPHA, DRAFT_MAX, DRAFT_KIND, RELAX_SCOPE, TEMPERATURE, TOP_K, TOP_P, SEED, MAX_TOKENS, DRAFT_MIN,
+    DRAFT_P_MIN, DRAFT_CUT, BONUS, DRAFT_ADAPT, CTX_SIZE, THREADS, GPU_LAYERS, PARALLEL, *DRAFTER_SETTINGS)}
 SPECULATIVE = tuple(s for s in SETTINGS.values() if (s.field or "").startswith("speculative."))
 """The request extension's fields (``"speculative": {...}``), in the table's order."""
 
@@ -198,17 +202,19 @@ NO_DRAFTER = "none"  # who drafts when nothing does: the verifier alone (a reque
 
 @dataclass(frozen=True)
 class Speculative:
-    """The speculative settings a server request and a chat turn share: the rule and its knob, the draft length, and
-    who drafts (``none``: the verifier alone; a drafter kind; in the chat's drafter switch also a model file). A
-    request's ``speculative`` object and a saved chat's ``settings`` carry them (``chat.ChatSettings`` adds the
-    sampling and the budget of a turn); each field reads the check of its entry in the table."""
+    """The speculative settings a server request and a chat turn share: the rule and its knob, where it relaxes, the
+    draft length, and who drafts (``none``: the verifier alone; a drafter kind; in the chat's drafter switch also a
+    model file). A request's ``speculative`` object and a saved chat's ``settings`` carry them (``chat.ChatSettings``
+    adds the sampling and the budget of a turn); each field reads the check of its entry in the table."""
 
     rule: str = RULE.default
     knob: float | None = ALPHA.default
     draft_max: int = DRAFT_MAX.default
     drafter: str = DRAFT_KIND.default
+    relax_scope: str = RELAX_SCOPE.default  # where the rule relaxes (strict elsewhere)
     CHECKS: ClassVar[dict[str, checks.Check]] = {
-        "rule": RULE.check, "knob": ALPHA.check, "draft_max": DRAFT_MAX.check, "drafter": checks.TEXT}
+        "rule": RULE.check, "knob": ALPHA.check, "draft_max": DRAFT_MAX.check, "drafter": checks.TEXT,
+        "relax_scope": RELAX_SCOPE.check}
     """Each field's check (a subclass adds its own fields'); tests walk it against the fields."""
 
     @property

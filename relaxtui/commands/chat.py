@@ -19,7 +19,7 @@ TYPED = "typed_options"  # the namespace attribute: {dest: the option as typed},
 OVERRIDES: dict[str, tuple[str, ...]] = {
     "rule": ("rule", "knob"), "alpha": ("knob",), "draft_max": ("draft_max",), "max_tokens": ("max_tokens",),
     "thinking": ("thinking",), "temperature": ("temperature",), "top_k": ("top_k",), "top_p": ("top_p",),
-    "seed": ("seed",), "drafter": ("drafter",), "draft_kind": ("drafter",),
+    "seed": ("seed",), "drafter": ("drafter",), "draft_kind": ("drafter",), "relax_scope": ("relax_scope",),
 }
 
 
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ChatSettings(rule=rule, knob=knob, draft_max=args.draft_max,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             thinking=args.thinking == "on", drafter=drafter, max_tokens=args.max_tokens,
-                            seed=args.seed)
+                            seed=args.seed, relax_scope=args.relax_scope)
     notice = ""
     if saved is not None:  # a resumed chat runs on with its own settings, but for the flags typed with --resume
         settings, overrides = resumed_settings(saved.settings, settings, getattr(args, TYPED, {}))
@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         engine = FakeChatEngine(drafter=drafter if drafter in (NO_DRAFTER, *STANDALONE_KINDS) else FAKE_DRAFTER,
                                 drafting=drafter_options(options))
         settings = replace(settings, drafter=engine.drafter_name)
+        engine.check_scope(settings.relax_scope)  # the fake pair marks no thinking block: one line, no screen
     else:
         engine = LlamaChatEngine(options)
     try:

@@ -138,7 +138,8 @@ def add_draft_options(parser: argparse.ArgumentParser, *, with_length: bool = Tr
 
 def add_rule_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, grid: bool = False) -> None:
     """``--rule`` and ``--alpha`` from the option table: one of each (generate, chat, serve), or an eval grid's lists
-    (``grid``: the run is their product with the other lists)."""
+    (``grid``: the run is their product with the other lists); and ``--relax-scope``, one for the whole run."""
+    options.RELAX_SCOPE.add(parser)
     if not grid:
         options.RULE.add(parser)
         options.ALPHA.add(parser)
@@ -203,5 +204,5 @@ def generation_config(args: argparse.Namespace, *, draft_max: int | None = None,
     return GenerationConfig(
         draft_max=args.draft_max if draft_max is None else draft_max, max_tokens=args.max_tokens,
         sampling=sampling(args), seed=args.seed if seed is None else seed, top_alternatives=top_alternatives,
-        bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt,
+        bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt, relax_scope=args.relax_scope,
     )

@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--ray-actors goes with --ray (got --ray-actors {args.ray_actors} alone)")
     plan = EvalPlan(rules=tuple(args.rule), alphas=tuple(args.alpha), draft_max=tuple(args.draft_max),
                     no_spec=args.no_spec, repeats=args.repeats, seed=args.seed, max_tokens=max_tokens,
-                    sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt)
+                    sampling=sampling(args), bonus=args.bonus, draft_min=args.draft_min, adaptive=args.draft_adapt,
+                    relax_scope=args.relax_scope)
     if plan.has_spec:
         refuse_rules_without_logits(args.rule, args.draft_kind)  # a kind's traits, before any model loads
     samples = task.load(args.data)[: args.limit]

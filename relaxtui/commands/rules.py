@@ -15,6 +15,8 @@ def run(args: argparse.Namespace) -> int:
             knob = f"{cls.knob_name}: {cls.knob_help}" if cls.knob_name else "no knob"
             second = f"; second knob ({name}:KNOB:KNOB2) {cls.knob2_name}: {cls.knob2_help}" if cls.knob2_name else ""
             print(f"{name:10} {knob}{second}  [paper grid: {grid}]")
+        print("every rule: --relax-scope all|thinking|answer relaxes everywhere, only inside <think>...</think>, or "
+              "only outside it; strict elsewhere (docs/method.md#relaxation-scoped-to-thinking)")
         return 0
     from relaxtui.costmodel.rule_timing import time_rules
 

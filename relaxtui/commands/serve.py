@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from relaxtui.checks import BadValue
 from relaxtui.commands.common import (
     add_draft_options,
     add_parallel_option,
@@ -32,6 +33,7 @@ from relaxtui.commands.common import (
 )
 from relaxtui.costmodel.profiles import THIS_MACHINE, load_profile
 from relaxtui.decoding.drafters import STANDALONE_KINDS, check_options
+from relaxtui.decoding.thinking import check_scope_on
 from relaxtui.errors import UserError
 from relaxtui.files import FileTooBig, read_regular_bytes
 from relaxtui.options import DRAFT_MAX, MAX_TOKENS, Speculative
@@ -126,13 +128,26 @@ def defaults(args: argparse.Namespace, draft_kinds: tuple[str, ...]) -> Defaults
     kind = draft_kinds[0]
     policy = serve_policy(args, draft_kinds)
     if kind != VERIFIER_ALONE and args.draft_max > 0:
+        rule.check_draft_max(args.draft_max)  # (FLy at N = 1: --draft-max)
         try:  # the server's own defaults must be what its policy allows
             policy.check_rule(rule, "--rule", "--alpha")
             policy.check_kind(kind, "--draft-kind", VERIFIER_ALONE)
         except ApiError as exc:
             raise UserError(f"{exc.message.partition(': ')[2]} (the server's own default, {exc.param})") from None
-    return Defaults(Speculative(rule.name, rule.knob, args.draft_max, kind), sampling(args), args.seed, args.max_tokens,
-                    None if args.thinking is None else args.thinking == "on", draft_kinds, policy)
+    return Defaults(Speculative(rule.name, rule.knob, args.draft_max, kind, args.relax_scope), sampling(args),
+                    args.seed, args.max_tokens, None if args.thinking is None else args.thinking == "on", draft_kinds,
+                    policy)
+
+
+def scoped(pair: ServedPair, scope: str) -> ServedPair:
+    """The loaded pair, when its verifier marks the thinking block the server's default ``--relax-scope`` needs; else
+    one line naming the flag, and the server stops before it listens."""
+    try:
+        check_scope_on(pair.verifier, scope)
+    except BadValue as exc:
+        pair.close()
+        raise exc.spelled("--relax-scope") from None
+    return pair
 
 
 def serve_policy(args: argparse.Namespace, draft_kinds: tuple[str, ...]) -> Policy:
@@ -233,14 +248,15 @@ def run(args: argparse.Namespace) -> int:
     check_options(drafter_options(options), [k for k in kinds if k in STANDALONE_KINDS])  # offered: one line, now
     if args.fake:
         def load() -> ServedPair:
-            return FakeServedPair(args.parallel, drafting=drafter_options(options), max_scopes=args.learning_scopes)
+            return scoped(FakeServedPair(args.parallel, drafting=drafter_options(options),
+                                         max_scopes=args.learning_scopes), args.relax_scope)
     else:
         from relaxtui.commands.chat import check_model_files
 
         check_model_files(options)  # a missing or non-GGUF model: one line, exit 2, before the port opens
 
         def load() -> ServedPair:
-            return LlamaServedPair(options, max_scopes=args.learning_scopes)
+            return scoped(LlamaServedPair(options, max_scopes=args.learning_scopes), args.relax_scope)
     settings = LoopSettings(args.bonus, args.draft_min, args.draft_adapt, args.draft_max, reuse=args.prompt_cache)
     scheduler = Scheduler(load, max_queue=args.max_queue, profile=args.profile, settings=settings)
     if not keys and args.host not in LOOPBACK:

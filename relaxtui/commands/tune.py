@@ -54,7 +54,7 @@ from relaxtui.evals.run.plan import EvalPlan
 from relaxtui.evals.run.race_run import race_order
 from relaxtui.evals.tasks import Task, get
 from relaxtui.models.registry import DEFAULT_DRAFTER
-from relaxtui.options import DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
+from relaxtui.options import DRAFT_MAX, MAX_TOKENS, RELAX_SCOPE, SPECULATIVE_N
 
 Record = dict[str, Any]  # one eval record, as ResultsStore.records() yields it
 
@@ -72,6 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="knobs (default: the first 2 of each rule's paper grid)")
     parser.add_argument("--relaxed-n", type=SPECULATIVE_N.option("--relaxed-n"), default=None,
                         help="N for relaxed rules (default: the best strict N)")
+    RELAX_SCOPE.add(parser, help="where every relaxed setting relaxes: all, thinking (only inside <think>...</think>) "
+                                 "or answer (only outside it); raced unscreened when not all (its own results folder)")
     race = parser.add_argument_group("the race (docs/method.md#racing)")
     race.add_argument("--budget", type=budget_option, default=Budget(seconds=DEFAULT_BUDGET_S), metavar="N|DURATION",
                       help="what the race may spend: N generations (one setting, or strict, on one problem and seed; "
@@ -165,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     args.max_tokens = given_tokens or min(TUNE_TOKENS, task.max_tokens)
     longest = max(*args.draft_max, args.relaxed_n or 0, 3)
     strict = EvalPlan(rules=("strict",), draft_max=tuple(args.draft_max), repeats=args.repeats, seed=args.seed,
-                      max_tokens=args.max_tokens, sampling=params, record_rows=True)
+                      max_tokens=args.max_tokens, sampling=params, record_rows=True, relax_scope=args.relax_scope)
     # every relaxed rule and knob is checked as eval checks them, before anything loads (N does not matter)
     relaxed = [point for rule in args.rule for point in EvalPlan(
         rules=(rule,), alphas=tuple(args.alpha) or PAPER_GRID.get(split_spec(rule)[0], (None,))[:2],

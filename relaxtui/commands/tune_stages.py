@@ -53,7 +53,7 @@ def plan_drafters(args: argparse.Namespace, task: Task, out: Path, max_tokens: i
         options = model_options(args)
         stem = Path(drafter).name.removesuffix(".gguf")
         plan = EvalPlan(rules=(), no_spec=True, seed=args.seed, max_tokens=max_tokens or args.max_tokens,
-                        sampling=sampling(args))
+                        sampling=sampling(args), relax_scope=args.relax_scope)
         identity = RunIdentity.of(task, options, plan, thinking=None, data=args.data,
                                   models=fingerprints(model_paths(options)))
         store = ResultsStore(out / stem)
@@ -148,7 +148,8 @@ def tune_drafter(args: argparse.Namespace, task: Task, samples: dict[str, Sample
         recorded = recorded_strict(store.directory, identity, [relaxed_n], set(screen_ids))
         screened, entrants = screen_settings(points(relaxed_n), recorded, stage, primary,
                                              temperature=strict.sampling.temperature,
-                                             min_gain=1 + args.min_gain / 100, screen=not args.no_screen)
+                                             min_gain=1 + args.min_gain / 100, screen=not args.no_screen,
+                                             relax_scope=strict.relax_scope)
         pace = _pace(known, identity, relaxed_n, set(screen_ids))
         result = DrafterTune(stage, relaxed_n, screened, entrants, None, profiles, pace)
         if not entrants:

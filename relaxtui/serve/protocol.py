@@ -30,6 +30,7 @@ from relaxtui.options import (
     DRAFT_MAX,
     MAX_TOKENS,
     NO_DRAFTER,
+    RELAX_SCOPE,
     RULE,
     SEED,
     SPECULATIVE,
@@ -201,8 +202,9 @@ def parse_speculative(value: object, defaults: Defaults, sampling: SamplingParam
                                            f"{', '.join(defaults.draft_kinds)})")
     if kind is not None:
         defaults.policy.check_kind(kind, DRAFT_KIND.request_name, VERIFIER_ALONE)
+    scope = get_setting(value, RELAX_SCOPE)
     speculative = Speculative(name, knob, base.draft_max if draft_max is None else draft_max,
-                              base.drafter if kind is None else kind)
+                              base.drafter if kind is None else kind, base.relax_scope if scope is None else scope)
     rule = request_rule(speculative, sampling)
     speculative = replace(speculative, knob=rule.knob)  # the knob the rule runs with (its default when none given)
     if speculative.drafts:
@@ -217,6 +219,8 @@ def request_rule(speculative: Speculative, sampling: SamplingParams) -> Rule:
     names the field to fix."""
     try:
         rule = make(speculative.rule, speculative.knob, temperature=sampling.temperature if speculative.drafts else 1.0)
+        if speculative.drafts:
+            rule.check_draft_max(speculative.draft_max)  # (FLy at N = 1: speculative.draft_max)
     except BadValue as exc:
         raise setting_error(exc) from None
     except UserError as exc:  # an unknown rule name (the message lists the known ones)

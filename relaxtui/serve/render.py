@@ -181,7 +181,8 @@ def stats(totals: Totals, speculative: Speculative, profile: CostProfile | None)
         speedup = None
     return {
         "rule": speculative.rule, "alpha": _knob(speculative.knob), "draft_max": speculative.draft_max,
-        "draft_kind": speculative.drafter, "rounds": totals.rounds, "num_drafts": totals.drafts,
+        "draft_kind": speculative.drafter, "relax_scope": speculative.relax_scope,
+        "rounds": totals.rounds, "num_drafts": totals.drafts,
         "num_draft_tokens": totals.draft_tokens, "num_accepted_tokens": totals.accepted_tokens,
         "num_accepted_tokens_per_pos": list(totals.accepted_per_position),
         "acceptance_rate": totals.accepted_tokens / totals.draft_tokens if totals.draft_tokens else 0.0,

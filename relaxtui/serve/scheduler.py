@@ -35,6 +35,7 @@ from relaxtui.decoding.batched import Job, Read, ReadJob
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.prefill import ReusePolicy
+from relaxtui.decoding.thinking import check_scope_on
 from relaxtui.errors import UserError
 from relaxtui.executors import BatchedExecutor, Closed, QueueFull
 from relaxtui.serve.body import ApiError, bad, setting_error
@@ -274,6 +275,7 @@ class Scheduler:
         # cut by price where the server's --draft-cut says (the pair built it so)
         try:
             drafter = pair.drafter_for(spec.drafter, scope) if spec.drafts else None
+            check_scope_on(pair.verifier, spec.relax_scope)  # a verifier that marks no thinking block: a 400
         except BadValue as exc:
             raise setting_error(exc) from None
         jobs = []
@@ -292,7 +294,8 @@ class Scheduler:
                                           logprobs=request.logprobs is not None and request.sampling.greedy,
                                           bonus=self.settings.bonus, draft_min=min(self.settings.draft_min, draft_max),
                                           adaptive=self.settings.adaptive, reuse=self.settings.reuse,
-                                          stop=request.stop)  # the loop ends the sequence in the round that stops
+                                          stop=request.stop,  # the loop ends the sequence in the round that stops
+                                          relax_scope=spec.relax_scope)
                 jobs.append(Job(list(prompt), config, rule, speculative=spec.drafts, tag=(ticket, choice),
                                 should_stop=functools.partial(ticket.should_stop, choice), drafter=drafter,
                                 scope=scope))

@@ -30,13 +30,14 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, LoadingIndicator
 from textual.worker import Worker
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding.events import Metrics, TokenEvent
 from relaxtui.text import Message
 from relaxtui.tui import workers
 from relaxtui.tui.engine import ChatEngine, ChatSettings, token_batches
 from relaxtui.tui.save import SavedChat, Turn, conversation, model_changes, save_chat, saved_notice
 from relaxtui.tui.widgets.inspector import InspectorPanel
-from relaxtui.tui.widgets.settings import SettingsPanel
+from relaxtui.tui.widgets.settings import LABELS, SettingsPanel
 from relaxtui.tui.widgets.stats import StatsPanel
 from relaxtui.tui.widgets.status import StatusLine
 from relaxtui.tui.widgets.transcript import AssistantMessage, Legend, TokenView, Transcript, UserMessage
@@ -356,6 +357,11 @@ class RelaxApp(App[None]):
     def settings_applied(self, message: SettingsPanel.Applied) -> None:
         if self.generating:
             self.notify("settings apply between messages: stop or wait first", severity="warning")
+            return
+        try:  # a relax scope the loaded verifier cannot mark: refused as the panel's other settings are
+            self.engine.check_scope(message.settings.relax_scope)
+        except BadValue as exc:
+            self.notify(str(exc.spelled(LABELS["relax_scope"])), title="invalid settings", severity="error")
             return
         drafter_changed = message.settings.drafter != self.engine.drafter_name
         self.settings = message.settings

@@ -21,6 +21,7 @@ from relaxtui.decoding.drafters import KINDS, STANDALONE_KINDS, Drafter, Drafter
 from relaxtui.decoding.events import Event, Finished, TokenEvent
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.decoding.thinking import check_scope_on
 from relaxtui.engine.api import Model
 from relaxtui.engine.fake import FAKE_WORDS
 from relaxtui.options import (
@@ -87,9 +88,11 @@ class ChatSettings(Speculative):
         self.checked(where)
         sampling = SamplingParams(self.temperature, self.top_k, self.top_p)
         rule = make(self.rule, self.knob, temperature=self.temperature)  # refuses one that cannot run greedy at T = 0
+        if self.drafts:
+            rule.check_draft_max(self.draft_max)  # (FLy at N = 1)
         # a chat turn extends the conversation: keep the cached prefix in both models (reuse="longest")
         config = GenerationConfig(draft_max=self.draft_max, max_tokens=self.max_tokens, sampling=sampling,
-                                  seed=self.seed, top_alternatives=5, reuse="longest")
+                                  seed=self.seed, top_alternatives=5, reuse="longest", relax_scope=self.relax_scope)
         return rule, config
 
 
@@ -183,6 +186,13 @@ class ChatEngine:
     def load(self, progress: Callable[[str], None]) -> LoopCosts | None:
         """Load the pair and start what it measures in the background; the round costs when already known."""
         raise NotImplementedError
+
+    def check_scope(self, scope: str) -> None:
+        """A relax scope the loaded verifier marks no thinking block for: one line naming ``relax_scope`` (nothing to
+        check before the models load: the turn's own request check refuses it then)."""
+        verifier = getattr(self, "verifier", None)
+        if verifier is not None:
+            check_scope_on(verifier, scope)
 
     def set_drafter(self, name: str, progress: Callable[[str], None]) -> LoopCosts | None:
         """Switch drafters through the pair (a standalone kind keeps one instance for the whole chat: its corpus

@@ -4,7 +4,8 @@ The JSON file (format ``relaxtui-chat``, version 1) holds everything a chat need
 
     {"format": "relaxtui-chat", "version": 1, "saved_at": "2025-01-31T12:00:00",
      "models": {"verifier": {"name", "path", "kind"}, "drafter": {"name", "path", "kind"}},
-     "settings": {rule, knob, draft_max, temperature, top_k, top_p, thinking, drafter, max_tokens, seed},
+     "settings": {rule, knob, draft_max, drafter, relax_scope, temperature, top_k, top_p, thinking, max_tokens,
+                  seed},
      "messages": [{"role": "user", "content": "..."},
                   {"role": "assistant", "content": "...", "events": [TokenEvent, ...],
                    "metrics": Metrics | null, "settings": {... the settings this reply ran with}}]}

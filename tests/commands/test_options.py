@@ -390,7 +390,7 @@ def test_the_request_reader_builds_the_rule_once_with_the_tables_values():
     known = ", ".join(setting.key for setting in SPECULATIVE)
     with pytest.raises(ApiError, match=re.escape(f"unknown field (known: {known})")):
         request({"speculative": {"n": 3}})
-    assert known == "rule, alpha, draft_max, draft_kind"
+    assert known == "rule, alpha, draft_max, draft_kind, relax_scope"
 
 
 def test_which_drafter_kinds_need_no_file_is_read_from_their_traits():

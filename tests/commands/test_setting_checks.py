@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 # the chat flag (its dest) that sets each saved-chat setting
 CHAT_FLAGS = {"rule": "rule", "knob": "alpha", "draft_max": "draft_max", "temperature": "temperature",
               "top_k": "top_k", "top_p": "top_p", "thinking": "thinking", "drafter": "drafter",
-              "max_tokens": "max_tokens", "seed": "seed"}
+              "max_tokens": "max_tokens", "seed": "seed", "relax_scope": "relax_scope"}
 # identity settings that no check in MANIFEST_CHECKS covers, and why: each is compared whole on resume
 UNCHECKED_MANIFEST = {"task_version": "derived, not a flag", "ngram": "a pair of --ngram-min/max or null",
                       "bonus": "a choice", "thinking": "a choice (on/off) or null", "system": "always null"}
@@ -223,7 +223,7 @@ def request_text(setting: Setting, value: str) -> str:
 def test_the_request_fields_are_the_tables_and_cover_what_the_server_reads():
     assert {s.field for s in SETTINGS.values() if s.field} == {
         "temperature", "top_k", "top_p", "seed", "max_tokens", "speculative.rule", "speculative.alpha",
-        "speculative.draft_max", "speculative.draft_kind"}
+        "speculative.draft_max", "speculative.draft_kind", "speculative.relax_scope"}
     assert {s.key for s in SPECULATIVE} == set(dataclasses.asdict(Speculative()).keys()) - {"knob", "drafter"} | {
         "alpha", "draft_kind"}
 

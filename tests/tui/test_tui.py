@@ -397,7 +397,8 @@ async def test_long_reply_is_streamed_in_batches_into_bounded_segments():
 SMALL = (80, 24)
 FIELD_LABELS = {"set-rule": "rule", "set-knob": "knob", "set-draft-max": "draft length N", "set-temperature":
                 "temperature", "set-top-k": "top-k", "set-top-p": "top-p", "set-seed": "seed",
-                "set-max-tokens": "max tokens", "set-drafter": "drafter", "set-thinking": "thinking"}
+                "set-max-tokens": "max tokens", "set-drafter": "drafter", "set-thinking": "thinking",
+                "set-relax-scope": "relax scope"}
 
 
 async def open_settings(pilot, app: RelaxApp) -> None:
@@ -645,7 +646,8 @@ def test_every_settings_flag_is_seen_as_typed_whatever_adds_it():
     from relaxtui.commands.chat import OVERRIDES, TYPED
 
     typed = ["--rule", "cactus", "--alpha", "1", "--draft-max", "2", "--max-tokens", "9", "--thinking", "on",
-             "--temp", "0.6", "--top-k", "20", "--top-p", "0.95", "--seed", "0", "-md", "none", "--draft-kind", "ngram"]
+             "--temp", "0.6", "--top-k", "20", "--top-p", "0.95", "--seed", "0", "-md", "none", "--draft-kind", "ngram",
+             "--relax-scope", "thinking"]
     args = parse(["chat", "--fake", "--resume", "x.json", *typed])
     assert set(OVERRIDES) <= set(getattr(args, TYPED))
     assert getattr(args, TYPED)["temperature"] == "--temp 0.6" and getattr(args, TYPED)["alpha"] == "--alpha 1"

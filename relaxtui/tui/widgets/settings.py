@@ -17,10 +17,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
+from relaxtui.checks import RELAX_SCOPE as SCOPES
 from relaxtui.checks import BadValue
 from relaxtui.decoding.drafters import STANDALONE_KINDS
 from relaxtui.errors import UserError
-from relaxtui.options import ALPHA, DRAFT_MAX, MAX_TOKENS, RULE, SEED, TEMPERATURE, TOP_K, TOP_P
+from relaxtui.options import ALPHA, DRAFT_MAX, MAX_TOKENS, RELAX_SCOPE, RULE, SEED, TEMPERATURE, TOP_K, TOP_P
 from relaxtui.rules import PAPER_GRID, RULES
 from relaxtui.tui.engine import KIND_WORDS, NO_DRAFTER, ChatSettings
 
@@ -35,8 +36,9 @@ NUMBER_FIELDS = (
     ("set-max-tokens", "max tokens", MAX_TOKENS),
 )
 
-LABELS = {"alpha": "knob", **{setting.name: label for _, label, setting in NUMBER_FIELDS}}  # a setting as the panel
-# spells it
+# a setting as the panel spells it
+LABELS = {"alpha": "knob", "relax_scope": "relax scope",
+          **{setting.name: label for _, label, setting in NUMBER_FIELDS}}
 
 
 # the drafter choice's tooltip, from the factory's kinds and their own words
@@ -98,6 +100,10 @@ class SettingsPanel(Vertical):
                 yield Label(knob_label(s.rule), id="set-knob-label", classes="label")
                 yield Input("" if s.knob is None else f"{s.knob:g}", compact=True, id="set-knob",
                             tooltip="the rule's knob; empty = its default")
+            with Horizontal(classes="row"):
+                yield Label(LABELS["relax_scope"], classes="label")
+                yield Select([(scope, scope) for scope in SCOPES.values], value=s.relax_scope,
+                             allow_blank=False, compact=True, id="set-relax-scope", tooltip=RELAX_SCOPE.help)
             for field_id, label, setting in NUMBER_FIELDS:
                 with Horizontal(classes="row"):
                     yield Label(label, classes="label")
@@ -127,6 +133,7 @@ class SettingsPanel(Vertical):
         self.query_one("#set-verifier", Label).update(verifier or "–")
         self.query_one("#set-rule", Select).value = settings.rule
         self._show_knob(settings.rule, "" if settings.knob is None else f"{settings.knob:g}")
+        self.query_one("#set-relax-scope", Select).value = settings.relax_scope
         for field_id, value in _values(settings).items():
             self.query_one(f"#{field_id}", Input).value = value
         drafter = self.query_one("#set-drafter", Select)
@@ -155,6 +162,7 @@ class SettingsPanel(Vertical):
         settings = ChatSettings(
             rule=str(self.query_one("#set-rule", Select).value),
             knob=ALPHA.read(self.query_one("#set-knob", Input).value, "knob"),
+            relax_scope=str(self.query_one("#set-relax-scope", Select).value),
             thinking=self.query_one("#set-thinking", Checkbox).value,
             drafter=str(self.query_one("#set-drafter", Select).value),
             **typed,
