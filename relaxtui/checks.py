@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from relaxtui.errors import UserError
@@ -35,18 +35,24 @@ class BadValue(UserError):
     """A setting's value out of its range or of the wrong kind. The message is ``name`` then ``problem``: ``name`` is
     the setting as the road that carried it spells it (``--seed``, ``settings.seed``), or as the option table names
     it (``seed``, relaxtui.options) when a lower layer refuses it; a face then puts its own spelling in front of the
-    same ``problem`` (:meth:`spelled`: the flag on the command line, the request field in the server)."""
+    same ``problem`` (:meth:`spelled`: the flag on the command line, the request field in the server). A problem that
+    advises another setting names it as ``{setting}`` and lists it in ``mentions`` (``lower {parallel} or
+    {ctx_size}``): shown by its name here, by each face's spelling after :meth:`spelled`."""
 
-    def __init__(self, name: str, problem: str) -> None:
-        super().__init__(f"{name} {problem}")
-        self.name, self.problem = name, problem
+    def __init__(self, name: str, problem: str, mentions: Iterable[str] | Mapping[str, str] = ()) -> None:
+        spelling = dict(mentions) if isinstance(mentions, Mapping) else {setting: setting for setting in mentions}
+        shown = problem
+        for setting, spelled in spelling.items():
+            shown = shown.replace("{" + setting + "}", spelled)
+        super().__init__(f"{name} {shown}")
+        self.name, self.problem, self.template, self.mentions = name, shown, problem, spelling
 
-    def __reduce__(self) -> tuple[type[BadValue], tuple[str, str]]:  # pickled (Ray) with both parts
-        return type(self), (self.name, self.problem)
+    def __reduce__(self) -> tuple[type[BadValue], tuple[str, str, dict[str, str]]]:  # pickled (Ray) whole
+        return type(self), (self.name, self.template, self.mentions)
 
-    def spelled(self, name: str) -> BadValue:
-        """The same refusal with the setting spelled as ``name``."""
-        return BadValue(name, self.problem)
+    def spelled(self, name: str, spell: Callable[[str], str] | None = None) -> BadValue:
+        """The same refusal with the setting spelled as ``name`` and each setting it mentions as ``spell`` says."""
+        return BadValue(name, self.template, {setting: (spell or str)(setting) for setting in self.mentions})
 
 
 def quoted(text: str) -> str:

@@ -233,8 +233,16 @@ class Speculative:
 def as_flag(exc: UserError) -> UserError:
     """A lower layer's refusal as the command line says it: a setting the table knows spelled as its flag (any other
     error as it is)."""
-    setting = SETTINGS.get(exc.name) if isinstance(exc, BadValue) else None
-    return exc.spelled(setting.flag) if isinstance(exc, BadValue) and setting is not None else exc
+    if not isinstance(exc, BadValue):
+        return exc
+    setting = SETTINGS.get(exc.name)
+    return exc.spelled(exc.name if setting is None else setting.flag, flag_of)
+
+
+def flag_of(name: str) -> str:
+    """The flag that sets setting ``name`` (the name itself for one the table does not know)."""
+    setting = SETTINGS.get(name)
+    return setting.flag if setting is not None else name
 
 
 def field_of(name: str) -> str:

@@ -21,6 +21,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
+from relaxtui.checks import BadValue
 from relaxtui.costmodel.background import Background
 from relaxtui.costmodel.verify_prices import VerifyPrices
 from relaxtui.decoding.draft_cut import check_policy
@@ -106,7 +107,7 @@ def _drafter_path(options: ModelOptions) -> Path | None:
 def open_gguf(options: DrafterOptions) -> LlamaModel:
     """The model a ``model`` drafter runs, loaded with every option."""
     if options.model is None:
-        raise UserError("--draft-kind model needs a drafter GGUF (--drafter)")
+        raise BadValue("draft_kind", "model needs a drafter GGUF file")
     # no recurrent-state snapshots: a hybrid drafter drafts, extends and times from a checkpoint restored after it,
     # so its snapshots would never be rolled back to (each is a copy of the state, paid on every decode)
     return LlamaModel(options.model, n_ctx=options.n_ctx, n_threads=options.threads, n_gpu_layers=options.gpu_layers,
@@ -116,7 +117,7 @@ def open_gguf(options: DrafterOptions) -> LlamaModel:
 def open_mtp_head(verifier: object, options: DrafterOptions) -> MtpHead:
     """The verifier's MTP head (layers from ``options.model``, an MTP-only GGUF, when given)."""
     if not isinstance(verifier, LlamaModel):
-        raise UserError("--draft-kind mtp drafts with a GGUF verifier's own MTP layers")
+        raise BadValue("draft_kind", "mtp drafts with a GGUF verifier's own MTP layers")
     return MtpHead(verifier, options.model, n_threads=options.threads, n_gpu_layers=options.gpu_layers)
 
 

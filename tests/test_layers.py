@@ -116,3 +116,35 @@ def test_the_option_table_stands_above_the_rules_and_the_factory():
     below = {path: names for folder in ("decoding", "rules", "engine", "costmodel") for path, names in
              imports_of(folder).items()}
     assert below and {path for path, names in below.items() if "relaxtui.options" in names} == set()
+
+
+LOWER = ("decoding", "rules", "engine", "costmodel")
+
+
+def lower_raises() -> list[tuple[str, ast.Raise]]:
+    """Every ``raise`` of the floors under the faces (and of the pair), with the module it is in."""
+    paths = [p for folder in LOWER for p in sorted((PACKAGE / folder).rglob("*.py"))]
+    paths += [PACKAGE / "session.py", PACKAGE / "pair.py"]
+    return [(str(path.relative_to(PACKAGE)), node) for path in paths for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Raise) and node.exc is not None]
+
+
+def test_lower_layers_name_settings_never_flags():
+    """A refusal under the faces names the setting (``BadValue("draft_max", ...)``, a setting it advises as
+    ``{ctx_size}``) and each face spells it (issue 45: about 14 messages named command-line flags, which a server
+    request then had to answer with): no text of a raise there holds a flag, and each setting a BadValue names is
+    one the option table knows."""
+    import re
+
+    from relaxtui.options import SETTINGS
+
+    flag = re.compile(r"(^|[\s(`'\"])--[a-z]")
+    found = lower_raises()
+    flags = [(path, node.lineno) for path, node in found for text in ast.walk(node)
+             if isinstance(text, ast.Constant) and isinstance(text.value, str) and flag.search(text.value)]
+    assert len(found) > 50 and flags == []
+    named = {(path, call.args[0].value) for path, node in found for call in ast.walk(node)
+             if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) == "BadValue"
+             and call.args and isinstance(call.args[0], ast.Constant)}
+    assert {"ctx_size", "parallel", "draft_kind", "bonus", "alpha"} <= {name for _, name in named}
+    assert {(path, name) for path, name in named if name not in SETTINGS} == set()

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         tokens = prompt_tokens(pair.verifier, args.prompt, chat=not args.raw, thinking=thinking, system=args.system)
         if auto:
             choice = auto_draft_length(pair, tokens, config, rule)
-            print(choice.line() if choice is not None else "--draft-max auto: 0 (no drafter)", file=sys.stderr)
+            print(f"--draft-max auto: {choice.line() if choice is not None else '0 (no drafter)'}", file=sys.stderr)
             config = replace(config, draft_max=choice.draft_max if choice is not None else 0)
         if config.draft_max > 0:  # drafts cut by price (--draft-cut): the prices before the first round
             pair.price_drafts(log=lambda line: print(line, file=sys.stderr))

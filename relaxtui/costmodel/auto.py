@@ -76,9 +76,9 @@ class AutoChoice:
         n = self.best_speculative
         expected = 1 + expected_accepted(self.rates, n)[0]
         if self.draft_max == 0:
-            return (f"--draft-max auto: 0 (verifier alone): speculation is predicted slower here — best N={n} "
+            return (f"0 (verifier alone): speculation is predicted slower here — best N={n} "
                     f"{self.predicted[n]:.2f}x; {self.break_even[n].need()} (the estimate is {expected:.2f})")
-        return (f"--draft-max auto: N={n}, predicted {self.predicted[n]:.2f}x the verifier alone (mean accepted "
+        return (f"N={n}, predicted {self.predicted[n]:.2f}x the verifier alone (mean accepted "
                 f"length {expected:.2f}, break-even {self.break_even[n].steps:.2f})")
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding import round as steps
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.drafting import Drafter
@@ -28,7 +29,6 @@ from relaxtui.decoding.events import Event, Finished, RoundTiming
 from relaxtui.decoding.prefill import copy_cached_prompt, prepare
 from relaxtui.decoding.round import Slot
 from relaxtui.engine.api import Model, Rows, SeqDecode
-from relaxtui.errors import UserError
 from relaxtui.rules import Rule
 
 __all__ = ["Job", "JobSource", "Read", "ReadJob", "generate_many", "stream_many"]
@@ -284,8 +284,8 @@ def _either(stop: Callable[[], bool], own: Callable[[], bool] | None) -> Callabl
 def _check_room(drafter: Drafter | None, verifier: Model) -> None:
     held = drafter.traits.n_seq if drafter is not None else None
     if held is not None and held < verifier.n_seq:
-        raise UserError(f"the drafter's context holds {held} sequences, the verifier's {verifier.n_seq}; "
-                        "load both with the same --parallel")
+        raise BadValue("parallel", f"must be the same for both models: the drafter's context holds {held} sequences, "
+                                   f"the verifier's {verifier.n_seq}")
 
 
 def _round(verifier: Model, drafters: Sequence[Drafter | None], live: list[Slot], clock: Callable[[], float],

@@ -22,10 +22,10 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding.prefill import ReusePolicy
 from relaxtui.decoding.sampling import Candidates, SamplingParams, scatter
 from relaxtui.engine.api import Rows, as_rows
-from relaxtui.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +182,8 @@ class BaseDrafter:
         default."""
 
     def extend(self, seq: int, sampling: SamplingParams) -> Extension:
-        raise UserError(f"the {self.traits.kind} drafter has no distribution past its draft; use --bonus target "
-                        "or auto")
+        raise BadValue("bonus", f"must be target or auto with the {self.traits.kind} drafter: it has no distribution "
+                                "past its draft")
 
     def step(self, seq: int, context: Sequence[int]) -> None:
         """Nothing to time without a model."""

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from relaxtui import checks
 from relaxtui.decoding.drafting import DrafterTraits
 from relaxtui.decoding.ngram_index import GramIndex, NgramBase, SeqTokens
-from relaxtui.errors import UserError
 
 
 def check_sizes(n_min: int, n_max: int) -> None:
@@ -22,7 +21,7 @@ def check_sizes(n_min: int, n_max: int) -> None:
     checks.LOOKUP_NGRAM.check(n_min, "ngram_min")
     checks.LOOKUP_NGRAM.check(n_max, "ngram_max")
     if n_min > n_max:
-        raise UserError(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max (got {n_min}..{n_max})")
+        raise checks.BadValue("ngram_min", f"must be at most {{ngram_max}} (got {n_min}..{n_max})", ("ngram_max",))
 
 
 class GramIndexes(SeqTokens):

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding.acceptance import Acceptance, DraftStep, Emitted, accept_draft, row_spec
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.counters import RoundCounters
@@ -138,8 +139,8 @@ def check_request(verifier: Model, prompt: Sequence[int], config: GenerationConf
     if not prompt:
         raise UserError("the prompt is empty")
     if len(prompt) >= verifier.n_ctx:
-        raise UserError(f"the prompt has {len(prompt)} tokens but the context holds {verifier.n_ctx}; "
-                        "raise --ctx-size or shorten the prompt")
+        raise BadValue("ctx_size", f"{verifier.n_ctx} is too small for a prompt of {len(prompt)} tokens: raise it or "
+                                   "shorten the prompt")
     if drafter is not None:
         traits = drafter.traits
         if rule.needs_draft_logits and not traits.has_distribution:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaxtui.checks import BadValue
 from relaxtui.engine.gguf import INTEGER_TYPES, ArrayInfo, GGUFHeader, read_array, read_header
 from relaxtui.engine.gguf_check import GATED_DELTA_NET, LLAMA_MAX_LAYERS, check_loadable
 from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SNAPSHOT_ARCHS
@@ -177,18 +178,18 @@ def check_parallel(k: int, paths: Sequence[Path], n_ctx: int, *, available: int 
     """Refuse a K the context cannot hold, naming the largest one that fits; and a context that not even one
     sequence fits in, at any K, naming the largest --ctx-size that does."""
     if k < 1:
-        raise UserError(f"--parallel must be >= 1 (got {k})")
+        raise BadValue("parallel", f"must be >= 1 (got {k})")
     headers = [check_loadable(path) for path in paths]  # one read each; a header llama.cpp would abort on first
     room = capacity(headers, n_ctx, available=available, rollback_depth=rollback_depth)
     if room.max_sequences == 0 and room.budget is not None:  # K = 1 too: llama.cpp would try, then swap or abort
         per_token = sum(kv_bytes_per_token(h) for h in headers)
         cached = sum(cached_tokens(h, n_ctx) * kv_bytes_per_token(h) for h in headers)
         fits = max(0, room.budget - (room.bytes_per_sequence - cached)) // max(1, per_token)
-        advice = f"at most --ctx-size {fits} fits" if fits >= 1 else "not even --ctx-size 1 fits: free memory"
-        raise UserError(f"--ctx-size {n_ctx}: one sequence needs {room.bytes_per_sequence / 2**20:.0f} MiB of KV "
-                        f"cache and state, {room.budget / 2**20:.0f} MiB are to spare here; {advice}")
+        advice = f"at most {fits} fits" if fits >= 1 else "not even 1 fits: free memory"
+        raise BadValue("ctx_size", f"{n_ctx}: one sequence needs {room.bytes_per_sequence / 2**20:.0f} MiB of KV "
+                                   f"cache and state, {room.budget / 2**20:.0f} MiB are to spare here; {advice}")
     if k > room.max_sequences:
         memory = (f"{room.bytes_per_sequence / 2**20:.0f} MiB of KV cache and state per sequence, "
                   f"{room.budget / 2**20:.0f} MiB to spare" if room.budget is not None else "llama.cpp's limit")
-        raise UserError(f"--parallel {k}: the context holds at most {room.max_sequences} sequences of {n_ctx} "
-                        f"tokens here ({memory}); lower --parallel or --ctx-size")
+        raise BadValue("parallel", f"{k}: the context holds at most {room.max_sequences} sequences of {n_ctx} tokens "
+                                   f"here ({memory}); lower {{parallel}} or {{ctx_size}}", ("parallel", "ctx_size"))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from relaxtui import envvars
+from relaxtui.checks import BadValue
 from relaxtui.engine.api import MAX_DRAFT, Rows, RowSpec, SeqDecode
 from relaxtui.engine.batching import BatchDecoding
 from relaxtui.engine.candidates import CandidateSamplers
@@ -100,9 +101,9 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         self.path = Path(path)
         self.header = read_header(self.path)  # clear error for a missing or non-GGUF file
         if n_ctx < 16:
-            raise UserError(f"--ctx-size must be at least 16 (got {n_ctx})")
+            raise BadValue("ctx_size", f"must be at least 16 (got {n_ctx})")
         if not 1 <= n_seq <= _llama.llama_max_parallel_sequences():
-            raise UserError(f"--parallel must be in 1..{_llama.llama_max_parallel_sequences()} (got {n_seq})")
+            raise BadValue("parallel", f"must be in 1..{_llama.llama_max_parallel_sequences()} (got {n_seq})")
         if rollback_depth < 0:
             raise UserError(f"rollback depth must be >= 0 (got {rollback_depth})")
         init_backend()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from relaxtui.checks import BadValue
 from relaxtui.errors import UserError
 
 try:
@@ -106,11 +107,11 @@ class Snapshots:
         if self.limit == 0:
             reason = ("llama.cpp keeps no recurrent-state snapshots for this architecture" if self.requested
                       else "it was loaded with no recurrent-state snapshots")
-            raise UserError(f"{name} is a recurrent/hybrid model and cannot roll back a rejected draft ({reason}); "
-                            "run it without speculation (--draft-max 0)")
+            raise BadValue("draft_max", f"must be 0 with {name}: a recurrent/hybrid model that cannot roll back a "
+                                        f"rejected draft ({reason})")
         if self.limit < self.requested:
-            raise UserError(f"--ctx-size {n_ctx} is too small for drafts of {depth} tokens on the recurrent/hybrid "
-                            f"model {name} (at most {self.limit})")
+            raise BadValue("ctx_size", f"{n_ctx} is too small for drafts of {depth} tokens on the recurrent/hybrid "
+                                       f"model {name} (at most {self.limit})")
         raise UserError(f"{name} is a recurrent/hybrid model loaded with {self.limit} recurrent-state snapshots "
                         f"per sequence: drafts of {depth} tokens need {depth}")
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import llama_cpp as _llama  # (importable: relaxtui.engine.llama, imported above, checked it is installed)
 import numpy as np
 
+from relaxtui.checks import BadValue
 from relaxtui.engine.gguf import read_header
 from relaxtui.engine.gguf_check import mtp_layers
 from relaxtui.engine.llama import LlamaModel, default_threads, init_backend, use_extra_buffers
@@ -399,15 +400,16 @@ def check_mtp_files(verifier: Path, drafter: Path | None) -> None:
     target = read_header(verifier)
     if drafter is None:
         if not mtp_layers(target):
-            hint = ("an MTP-only GGUF for it goes in --drafter" if target.architecture in MTP_ARCHS else
+            hint = ("an MTP-only GGUF for it can be given as the drafter" if target.architecture in MTP_ARCHS else
                     f"llama.cpp has no MTP head for {target.architecture} models")
-            raise UserError(f"{verifier.name} has no MTP layers ({target.architecture}.nextn_predict_layers is 0): "
-                            f"it cannot draft for itself ({hint})")
+            raise BadValue("draft_kind", f"mtp: {verifier.name} has no MTP layers ({target.architecture}."
+                                         f"nextn_predict_layers is 0): it cannot draft for itself ({hint})")
         return
     head = read_header(drafter)
     if not mtp_layers(head):
-        raise UserError(f"{drafter.name} has no MTP layers ({head.architecture}.nextn_predict_layers is 0): it is "
-                        "no MTP drafter (a small LM drafts with --draft-kind model)")
+        raise BadValue("draft_kind", f"mtp: {drafter.name} has no MTP layers ({head.architecture}.nextn_predict_layers "
+                                     "is 0): it is no MTP drafter (a small LM drafts with {draft_kind} model)",
+                       ("draft_kind",))
     if head.architecture != target.architecture:
         raise UserError(f"the MTP layers in {drafter.name} are for {head.architecture}, the verifier {verifier.name} "
                         f"is {target.architecture}")

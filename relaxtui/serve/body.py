@@ -153,7 +153,7 @@ def get_setting(body: dict[str, Any], setting: Setting) -> Any:
 def setting_error(exc: BadValue) -> ApiError:
     """A lower layer's refusal of a setting (a rule's knob, a rule that cannot run greedy) as a 400 naming the request
     field that carries it: the server's spelling of the setting the message names."""
-    return bad(field_of(exc.name), exc.problem)
+    return bad(field_of(exc.name), exc.spelled(exc.name, field_of).problem)
 
 
 def get_text(body: dict[str, Any], name: str, where: str = "") -> str | None:

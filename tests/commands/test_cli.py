@@ -79,7 +79,7 @@ def test_vocabularies_that_differ_are_refused(capsys, test_model_path, embedded_
 @pytest.mark.model
 def test_prompt_longer_than_context(capsys, test_model_path):
     fails_with(capsys, ["generate", "word " * 200, "--verifier", str(test_model_path), "--no-spec",
-                        "--ctx-size", "64"], "raise --ctx-size or shorten the prompt")
+                        "--ctx-size", "64"], "--ctx-size 64 is too small for a prompt of")
 
 
 @pytest.mark.model

@@ -132,7 +132,7 @@ def test_stop_request_ends_every_live_sequence_and_starts_no_more():
 
 
 def test_drafter_with_fewer_sequences_than_the_verifier_is_refused():
-    with pytest.raises(UserError, match="same --parallel"):
+    with pytest.raises(UserError, match="^parallel must be the same for both models"):
         list(generate_many(multi(cycle_table(), 4), [], drafter=ModelDrafter(multi(cycle_table(), 2), VOCAB)))
 
 

@@ -430,7 +430,7 @@ def test_accept_follows_every_verify_batch_so_a_hidden_state_drafter_reads_that_
 
 def test_the_batched_loop_reads_how_many_sequences_a_drafter_holds_from_its_traits():
     narrow = TableDrafter(DrafterTraits("table", has_distribution=True, n_seq=2))
-    with pytest.raises(UserError, match="same --parallel"):
+    with pytest.raises(UserError, match="^parallel must be the same for both models"):
         list(generate_many(fake_verifier(4), [], drafter=narrow))
 
 

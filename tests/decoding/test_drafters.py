@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding.config import GenerationConfig
 from relaxtui.decoding.draft_steps import draw_uniforms, propose
 from relaxtui.decoding.drafters import DraftRequest, ModelDrafter
@@ -14,6 +15,7 @@ from relaxtui.decoding.ngram import NgramDrafter
 from relaxtui.decoding.round import DraftLength
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.errors import UserError
+from relaxtui.options import as_flag
 from relaxtui.rules import make
 from tests.support.markov import VOCAB, cycle_table, fake, random_table
 
@@ -60,8 +62,9 @@ def test_ngram_draft_has_no_distribution():
 
 
 def test_ngram_sizes_are_validated():
-    with pytest.raises(UserError, match="--ngram-min"):
+    with pytest.raises(BadValue, match=r"^ngram_min must be at most ngram_max \(got 3\.\.2\)$") as refused:
         NgramDrafter(n_min=3, n_max=2)
+    assert str(as_flag(refused.value)) == "--ngram-min must be at most --ngram-max (got 3..2)"  # the CLI's spelling
 
 
 def test_ngram_drafter_through_the_loop_on_a_repetitive_sequence():

@@ -230,7 +230,7 @@ def test_a_hybrid_model_without_snapshots_is_refused_before_decoding(tiny):
             model.require_rollback(4)
     with LlamaModel(tiny.qwen35, n_ctx=16) as model:  # 16 snapshots asked, the context holds 15 drafts
         assert model.rollback_limit == 15
-        with pytest.raises(UserError, match="--ctx-size 16 is too small for drafts of 16 tokens"):
+        with pytest.raises(UserError, match="^ctx_size 16 is too small for drafts of 16 tokens"):
             model.require_rollback(16)
 
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from relaxtui.checks import BadValue
 from relaxtui.decoding.drafters import ModelDrafter
 from relaxtui.decoding.priced import PricedDrafter
 from relaxtui.engine.capacity import capacity, check_parallel, kv_bytes_per_token
@@ -17,6 +18,7 @@ from relaxtui.evals.run.identity import RunIdentity
 from relaxtui.evals.run.results import ResultsStore
 from relaxtui.evals.run.runner import run_eval
 from relaxtui.evals.tasks import get
+from relaxtui.options import as_flag
 from tests.support.cli import fails_with
 from tests.support.eval_runs import DIGITS, PLAN
 from tests.support.tiny_models import write_dense
@@ -90,10 +92,9 @@ def test_a_context_one_sequence_cannot_hold_is_refused_at_k_1_too(tmp_path, caps
     spare = model.stat().st_size + 2**30
     fits = int(0.8 * 2**30) // per_token
     check_parallel(1, [model], fits, available=spare)
-    with pytest.raises(UserError, match=rf"--ctx-size {2**30}: one sequence needs 131072 MiB .* at most --ctx-size "
-                                        rf"{fits} fits"):
+    with pytest.raises(UserError, match=rf"^ctx_size {2**30}: one sequence needs 131072 MiB .* at most {fits} fits"):
         check_parallel(1, [model], 2**30, available=spare)
-    with pytest.raises(UserError, match=f"at most --ctx-size {fits} fits"):
+    with pytest.raises(UserError, match=f"at most {fits} fits"):
         check_parallel(1, [model], fits + 1, available=spare)
     check_parallel(1, [short], 2**30, available=spare)
     assert capacity([short], 2**30, available=spare).bytes_per_sequence == 4096 * per_token
@@ -110,6 +111,10 @@ def test_parallel_beyond_the_context_is_one_line_with_the_largest_k(capsys, test
     fails_with(capsys, ["eval", "aime", "--limit", "1", "-m", str(test_model_path), "--drafter", str(test_model_path),
                         "--no-spec", "--out", str(tmp_path / "x"), "--parallel", "100000"],
                "--parallel 100000: the context holds at most")
+    with pytest.raises(BadValue) as refused:
+        check_parallel(100000, [test_model_path], 64)
+    assert refused.value.problem.endswith("; lower parallel or ctx_size")
+    assert str(as_flag(refused.value)).endswith("; lower --parallel or --ctx-size")  # the command line's spelling
 
 
 @pytest.mark.parametrize("n_seq", [1, 4])

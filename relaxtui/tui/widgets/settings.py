@@ -170,7 +170,7 @@ class SettingsPanel(Vertical):
         try:
             settings.validated()
         except BadValue as exc:  # a lower layer names the setting (alpha, draft_max): the panel spells it as its label
-            raise exc.spelled(LABELS.get(exc.name, exc.name)) from None
+            raise exc.spelled(LABELS.get(exc.name, exc.name), lambda name: LABELS.get(name, name)) from None
         return settings
 
     @on(Select.Changed, "#set-rule")
