@@ -299,8 +299,8 @@ def load_profile(spec: str) -> CostProfile:
         return SHIPPED[spec]
     if spec == THIS_MACHINE and not Path(spec).exists():
         raise UserError(f"{THIS_MACHINE} is the profile each eval run measures where its models run, saved in its "
-                        "folder (`relaxtui profiles show results/TASK/measured-profile.json`) and read by that folder's "
-                        "report (`relaxtui eval report DIR`); bench saves one of this machine as a file too")
+                        "folder (`relaxtui profiles show results/TASK/measured-profile.json`) and read by that "
+                        "folder's report (`relaxtui eval report DIR`); bench saves one of this machine as a file too")
     path = Path(spec)
     try:
         exists = path.exists()
