@@ -64,9 +64,10 @@ class ModelOptions:
     suffix_depth: int = 64
     suffix_factor: float = 1.0
     suffix_min_prob: float = 0.1
-    draft_max: int = 16  # the longest draft the run verifies: a recurrent/hybrid verifier keeps that many
-    # recurrent-state snapshots per sequence (a verify batch [last, x_1..x_N] rolls back N at most) and is refused
-    # in one line if it cannot; a longer draft later (the chat's settings) runs from a checkpoint, exactly
+    rollback_depth: int = 16  # the longest draft the run verifies (its --draft-max, the longest of an eval grid): a
+    # recurrent/hybrid verifier keeps that many recurrent-state snapshots per sequence (a verify batch
+    # [last, x_1..x_N] rolls back N at most) and is refused in one line if it cannot; a longer draft later (the chat's
+    # settings) runs from a checkpoint, exactly. Checked as draft_max, the setting it comes from
     draft_cut: str = "auto"  # priced drafting (docs/method.md#priced-drafts): the kinds whose drafts the pair's
     # drafters cut by this machine's verify prices ("auto": those that run no model; "priced": every kind; "none")
 
@@ -75,8 +76,9 @@ class ModelOptions:
         its flag, relaxtui.options)."""
         drafter_kind(self.draft_kind)  # an unknown kind: one line
         check_policy(self.draft_cut)
-        for setting in (DRAFT_P_MIN, CTX_SIZE, THREADS, PARALLEL, GPU_LAYERS, DRAFT_MAX, *DRAFTER_SETTINGS):
+        for setting in (DRAFT_P_MIN, CTX_SIZE, THREADS, PARALLEL, GPU_LAYERS, *DRAFTER_SETTINGS):
             setting.check.check(getattr(self, setting.name), setting.name)
+        DRAFT_MAX.check.check(self.rollback_depth, DRAFT_MAX.name)
         drafter_options(self)  # what its kind refuses of them together (ngram_min > ngram_max): before anything loads
 
     @property
@@ -228,7 +230,7 @@ def load_pair(options: ModelOptions, *, max_scopes: int = DEFAULT_SCOPES) -> Pai
     verifier_path = resolve_model(options.verifier)
     drafter_path = _drafter_path(options)
     check_parallel(options.parallel, [verifier_path, *([drafter_path] if drafter_path else [])], options.ctx_size,
-                   rollback_depth=options.draft_max)
+                   rollback_depth=options.rollback_depth)
     speculative = options.drafter is not None
     if speculative:
         drafter_kind(options.draft_kind).check_files(verifier_path, drafter_path, GGUF)  # headers, before any load
@@ -236,10 +238,10 @@ def load_pair(options: ModelOptions, *, max_scopes: int = DEFAULT_SCOPES) -> Pai
     keep_hidden = {"mtp": True} if speculative and drafter_kind(options.draft_kind).needs_hidden_states else {}
     verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads,
                           n_gpu_layers=_gpu_layers(options.gpu_layers), n_seq=options.parallel,
-                          rollback_depth=options.draft_max, **keep_hidden)
+                          rollback_depth=options.rollback_depth, **keep_hidden)
     try:
-        if speculative and options.draft_max > 0:
-            verifier.require_rollback(options.draft_max)  # a hybrid model that cannot: one line, before decoding
+        if speculative and options.rollback_depth > 0:
+            verifier.require_rollback(options.rollback_depth)  # a hybrid model that cannot: one line, before decoding
         prices = VerifyPrices(verifier, verifier_path, threads=options.threads, gpu_layers=options.gpu_layers)
         return Pair(verifier, drafter_options(options, drafter_path), GGUF, speculative=speculative, prices=prices,
                     close_verifier=verifier.close, verifier_path=verifier_path, drafter_path=drafter_path,

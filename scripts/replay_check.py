@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> tuple[list[Line], CostProfile, float]:
     task = get(args.task)
     samples = task.load()[: args.limit]
     options = ModelOptions(verifier=args.verifier, drafter=args.drafter, draft_kind=args.draft_kind,
-                           threads=args.threads, ctx_size=args.ctx_size, draft_max=args.draft_max,
+                           threads=args.threads, ctx_size=args.ctx_size, rollback_depth=args.draft_max,
                            draft_cut=args.draft_cut)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     common = dict(draft_max=(args.draft_max,), max_tokens=args.max_tokens, sampling=sampling)

@@ -164,7 +164,7 @@ def model_options(args: argparse.Namespace, *, speculative: bool = True) -> Mode
     return ModelOptions(args.verifier, drafter, args.ctx_size, args.threads, args.gpu_layers,
                         draft_kind=args.draft_kind, **{s.name: getattr(args, s.name) for s in options.DRAFTER_SETTINGS},
                         draft_p_min=getattr(args, "draft_p_min", 0.0), parallel=getattr(args, "parallel", 1),
-                        draft_max=_longest_draft(args.draft_max),
+                        rollback_depth=_longest_draft(args.draft_max),
                         draft_cut=getattr(args, "draft_cut", "auto"))  # (chat, tune: auto)
 
 
@@ -191,7 +191,7 @@ def _longest_draft(value: object) -> int:
     """The longest N a run's --draft-max asks for (a list in an eval grid; `auto` and none: the default room)."""
     values = value if isinstance(value, list | tuple) else [value]
     lengths = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    default = ModelOptions.draft_max
+    default = ModelOptions.rollback_depth
     return max([*lengths, *([default] if len(lengths) < len(values) or not lengths else [])])
 
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     config = generation_config(args, draft_max=AUTO_MAX_DRAFT if auto else None)  # validates the other options
     options = model_options(args, speculative=not args.no_spec)
     if auto:  # the verifier's recurrent-state snapshots (a hybrid model) for the longest N auto may choose
-        options = replace(options, draft_max=AUTO_MAX_DRAFT)
+        options = replace(options, rollback_depth=AUTO_MAX_DRAFT)
     thinking = None if args.thinking is None else args.thinking == "on"
     pair = load_pair(options)
     try:

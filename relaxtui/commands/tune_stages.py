@@ -79,7 +79,7 @@ def check_models(options: ModelOptions) -> None:
         mismatch = header_mismatch(read_header(paths[0]), read_header(paths[1]), names)
         if mismatch is not None:
             raise UserError(mismatch)
-    check_parallel(options.parallel, paths, options.ctx_size, rollback_depth=options.draft_max)
+    check_parallel(options.parallel, paths, options.ctx_size, rollback_depth=options.rollback_depth)
 
 
 @dataclass(frozen=True)

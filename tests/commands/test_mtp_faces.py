@@ -106,7 +106,7 @@ async def test_the_chat_shows_the_mtp_kind_and_keeps_it_across_switches(tiny):
     from relaxtui.tui.widgets.status import StatusLine
     from tests.support.pilot import SIZE, send, wait_until
 
-    options = ModelOptions(str(tiny.qwen35), "mtp", ctx_size=512, threads=1, draft_kind="mtp", draft_max=3)
+    options = ModelOptions(str(tiny.qwen35), "mtp", ctx_size=512, threads=1, draft_kind="mtp", rollback_depth=3)
     engine = LlamaChatEngine(options)
     app = RelaxApp(engine, ChatSettings(drafter="mtp", max_tokens=12, temperature=0.0))
     try:
@@ -174,8 +174,9 @@ def test_contexts_keep_the_snapshots_the_draft_length_needs_and_no_more(monkeypa
     config = GenerationConfig(draft_max=3, max_tokens=24, sampling=SamplingParams(0.0, 0, 1.0))
     name = "mtp" if drafter == "mtp" else str(tiny.qwen35)
     outputs = []
-    for options in (ModelOptions(str(tiny.qwen35), None, ctx_size=256, threads=1, draft_max=3),
-                    ModelOptions(str(tiny.qwen35), name, ctx_size=256, threads=1, draft_max=3, draft_kind=draft_kind)):
+    for options in (ModelOptions(str(tiny.qwen35), None, ctx_size=256, threads=1, rollback_depth=3),
+                    ModelOptions(str(tiny.qwen35), name, ctx_size=256, threads=1, rollback_depth=3,
+                                 draft_kind=draft_kind)):
         pair = load_pair(options)
         try:
             assert pair.verifier.rollback_limit == 3

@@ -111,7 +111,7 @@ def test_context_exhausted_mid_generation_keeps_what_was_generated():
 
 
 def test_prompt_longer_than_context_is_a_user_error():
-    with pytest.raises(UserError, match="context holds 4"):
+    with pytest.raises(UserError, match="^ctx_size 4 is too small for a prompt of 5 tokens"):
         run(fake(cycle_table(), n_ctx=4), [0, 1, 2, 3, 4], GenerationConfig(sampling=GREEDY))
 
 

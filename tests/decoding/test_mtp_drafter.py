@@ -89,7 +89,7 @@ def test_a_dense_drafter_on_the_hybrid_verifier_keeps_its_greedy_output(tiny):
     config = GenerationConfig(draft_max=4, max_tokens=24, sampling=GREEDY)
     for parallel in (1, 4):
         pair = load_pair(ModelOptions(str(tiny.qwen35), str(tiny.dense), ctx_size=256, parallel=parallel,
-                                      draft_max=4))
+                                      rollback_depth=4))
         try:
             if parallel == 1:
                 *_, done = generate(pair.verifier, prompts[0], config, drafter=pair.drafter)
@@ -168,7 +168,7 @@ def test_strict_with_the_mtp_drafter_keeps_the_verifiers_law(tiny):
     sampling = SamplingParams(1.0, 3, 1.0)
     law = exact_pair_law(tiny.qwen35, prompt, sampling)
     config = GenerationConfig(draft_max=3, max_tokens=2, sampling=sampling)
-    pair = mtp_pair(tiny, 8, draft_max=3)
+    pair = mtp_pair(tiny, 8, rollback_depth=3)
     try:
         jobs = [Job(prompt, _seeded(config, seed), make("strict"), tag=seed) for seed in range(SAMPLES)]
         outs = [f for _, f in generate_many(pair.verifier, jobs, drafter=pair.drafter)]
@@ -190,7 +190,7 @@ RULES = [(name, knobs[0]) for name, knobs in PAPER_GRID.items()]
 def test_every_rule_runs_with_the_mtp_drafter_through_both_loops(tiny):
     (prompt,) = tokens(tiny.qwen35, PROMPTS[2])
     sampling = SamplingParams(1.0, 20, 0.95)
-    pair = mtp_pair(tiny, 2, draft_max=3)
+    pair = mtp_pair(tiny, 2, rollback_depth=3)
     try:
         for name, knob in RULES:
             rule = make(name, knob)
@@ -215,7 +215,7 @@ def test_bad_input_is_refused_in_one_line_before_decoding(tiny):
              "has no MTP layers")
     one_line(lambda: load_pair(ModelOptions(str(tiny.qwen35), str(tiny.dense), ctx_size=64, draft_kind="mtp")),
              "has no MTP layers")
-    one_line(lambda: load_pair(ModelOptions(str(tiny.qwen35), str(tiny.dense), ctx_size=16, draft_max=20)),
+    one_line(lambda: load_pair(ModelOptions(str(tiny.qwen35), str(tiny.dense), ctx_size=16, rollback_depth=20)),
              "too small for drafts of 20 tokens")
     with LlamaModel(tiny.qwen35, n_ctx=64, rollback_depth=0) as model:  # a model that cannot roll back at all
         one_line(lambda: model.require_rollback(3), "cannot roll back a rejected draft")
@@ -253,7 +253,7 @@ def test_models_list_suggest_and_the_cli_know_mtp(tiny):
     add_model_options(parser)
     add_draft_options(parser)
     own = model_options(parser.parse_args(["--draft-kind", "mtp", "--verifier", str(tiny.qwen35)]))
-    assert own.drafter == "mtp" and own.drafter_file is None and own.draft_max == 3
+    assert own.drafter == "mtp" and own.drafter_file is None and own.rollback_depth == 3
     separate = model_options(parser.parse_args(["--draft-kind", "mtp", "--drafter", str(tiny.mtp_only)]))
     assert separate.drafter_file == str(tiny.mtp_only)
 
@@ -266,7 +266,7 @@ def test_a_hybrid_drafter_runs_from_checkpoints_and_keeps_the_greedy_output(tiny
     config = GenerationConfig(draft_max=3, max_tokens=16, sampling=GREEDY)
     for parallel in (1, 2):
         pair = load_pair(ModelOptions(str(tiny.qwen35), str(tiny.qwen35), ctx_size=256, parallel=parallel,
-                                      draft_max=3))
+                                      rollback_depth=3))
         try:
             jobs = [Job(p, config, tag=s) for s, p in enumerate(prompts[:parallel])]
             outs = {job.tag: f for job, f in generate_many(pair.verifier, jobs, drafter=pair.drafter)}
