@@ -28,7 +28,7 @@ import numpy as np
 
 from relaxtui.costmodel.pricing import Rounds, priced_speedup
 from relaxtui.costmodel.profiles import CostProfile
-from relaxtui.decoding.events import RoundRows, SparseRows
+from relaxtui.decoding.events import RoundRows, SparseRows, mean_accepted_length
 from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.display import REPLAYED
 from relaxtui.rules import Rule
@@ -71,8 +71,7 @@ class Replay:
     @property
     def mean_accepted_length(self) -> float:
         """1 + E[accepted] per round: tokens per round, as docs/metrics.md's mean accepted length."""
-        count = self.rounds.rounds if self.rounds is not None else 0.0
-        return 1.0 + self.expected_accepted / count if count else 1.0
+        return mean_accepted_length(self.expected_accepted, self.rounds.rounds if self.rounds is not None else 0.0)
 
     def speedup(self, profile: CostProfile) -> float | None:
         """The replayed speed-up under ``profile`` against the verifier alone; None when not replayable."""

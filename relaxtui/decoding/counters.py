@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from relaxtui.decoding.events import RoundTiming
+from relaxtui.decoding.events import RoundTiming, acceptance_rate, mean_accepted_length
 
 
 @dataclass
@@ -52,11 +52,11 @@ class RoundCounters:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_accepted_length(self) -> float:
-        return 1.0 + (self.accepted / self.rounds if self.rounds else 0.0)
+        return mean_accepted_length(self.accepted, self.rounds)
 
     @property
     def per_position_acceptance(self) -> list[float]:

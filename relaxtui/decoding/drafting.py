@@ -15,6 +15,7 @@ are cut by price is one more drafter around it: ``relaxtui.decoding.priced``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +188,20 @@ class BaseDrafter:
 
     def step(self, seq: int, context: Sequence[int]) -> None:
         """Nothing to time without a model."""
+
+    @staticmethod
+    def timed_drafts(requests: Sequence[DraftRequest],
+                     propose: Callable[[DraftRequest], list[int] | tuple[list[int], dict[str, object]]]) -> list[Draft]:
+        """The drafts of a drafter without a model (tokens only, no distribution), each timed as it is proposed:
+        ``propose`` gives a request's tokens (and what it found, where it says: a suffix match); a request for no
+        tokens is answered empty without asking."""
+        drafts = []
+        for request in requests:
+            started = time.perf_counter()
+            proposed = propose(request) if request.n_max > 0 else []
+            tokens, extra = proposed if isinstance(proposed, tuple) else (proposed, {})
+            drafts.append(Draft(tokens, None, None, time.perf_counter() - started, extra))
+        return drafts
 
     def finished(self, seq: int, output: Sequence[int]) -> None:
         """A generation on ``seq`` ended with ``output`` (its tokens after the prompt): a drafter that learns from

@@ -125,6 +125,18 @@ class TokenEvent:
     logp_x: float | None = None
 
 
+def acceptance_rate(accepted: float, drafted: float) -> float:
+    """Accepted drafts over drafted ones (docs/metrics.md); 0 before anything was drafted. The one definition: a
+    generation's metrics, the live counters, the server's stats and a replay read it."""
+    return accepted / drafted if drafted else 0.0
+
+
+def mean_accepted_length(accepted: float, rounds: float) -> float:
+    """Tokens per round, 1 + accepted drafts per round (docs/metrics.md): each round emits its accepted drafts and one
+    more; 1 before any round."""
+    return 1.0 + (accepted / rounds if rounds else 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Metrics:
     """docs/metrics.md metrics of one generation."""
@@ -151,15 +163,15 @@ class Metrics:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return acceptance_rate(self.accepted, self.drafted)
 
     @property
     def l_accept(self) -> float:
-        return self.accepted / self.rounds if self.rounds else 0.0
+        return self.mean_accepted_length - 1.0
 
     @property
     def mean_accepted_length(self) -> float:
-        return 1.0 + self.l_accept
+        return mean_accepted_length(self.accepted, self.rounds)
 
     @property
     def per_position_acceptance(self) -> tuple[float, ...]:

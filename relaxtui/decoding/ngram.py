@@ -37,7 +37,7 @@ class GramIndexes(SeqTokens):
         self.tokens = self.indexes[0].tokens
 
 
-class NgramDrafter(NgramBase):
+class NgramDrafter(NgramBase[GramIndexes]):
     """Longest n-gram first (``n_max`` down to ``n_min``): the most recent earlier occurrence of the context's last
     g tokens that starts within the last ``window`` tokens, and up to N tokens that followed it. Keeps: per
     sequence, its g-grams for each size (to ``release``); nothing shared."""
@@ -50,11 +50,10 @@ class NgramDrafter(NgramBase):
         self.n_min, self.n_max = n_min, n_max
         self.window = window  # how far back to search, in tokens
 
-    def new_state(self) -> SeqTokens:
+    def new_state(self) -> GramIndexes:
         return GramIndexes(range(self.n_min, self.n_max + 1))
 
-    def propose(self, state: SeqTokens, n: int) -> list[int]:
-        assert isinstance(state, GramIndexes)
+    def propose(self, state: GramIndexes, n: int) -> list[int]:
         tokens = state.tokens
         length = len(tokens)
         first = max(length - self.window, 0)  # the window's first token

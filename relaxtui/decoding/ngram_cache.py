@@ -131,7 +131,7 @@ class DynamicCache:
         self.counts.move_to_end(gram)
 
 
-class NgramCacheDrafter(NgramBase):
+class NgramCacheDrafter(NgramBase[ContextCache]):
     """``ngram-cache``: each next token from the longest of the last 4..1 tokens (drafts included) whose counts
     pass the thresholds, first in the sequence's context cache (lax), then in the dynamic cache (strict); the draft
     stops at the first position where neither is confident, or at ``n_draft``. Keeps: per sequence, the counts of
@@ -160,18 +160,16 @@ class NgramCacheDrafter(NgramBase):
                             f"0..{cls.MAX_ENTRIES} (got {n_draft}, {capacity})")
         return n_draft, capacity
 
-    def new_state(self) -> SeqTokens:
+    def new_state(self) -> ContextCache:
         return ContextCache()
 
     def begin(self, seq: int, prompt: Sequence[int], **_: object) -> bool:
         state = self.state(seq)
         state.sync(prompt)
-        assert isinstance(state, ContextCache)
         state.prompt_len = len(prompt)
         return True
 
-    def propose(self, state: SeqTokens, n: int) -> list[int]:
-        assert isinstance(state, ContextCache)
+    def propose(self, state: ContextCache, n: int) -> list[int]:
         if len(state.tokens) < 2:
             return []
         tail = state.tokens[-NGRAM_MAX:]
@@ -201,6 +199,5 @@ class NgramCacheDrafter(NgramBase):
         """Count the output into the dynamic cache, with the prompt's last tokens before it (the n-grams that
         predict its first tokens)."""
         state = self.seqs.get(seq)
-        lead = state.tokens[max(0, state.prompt_len - NGRAM_MAX):state.prompt_len] if isinstance(
-            state, ContextCache) else []
+        lead = state.tokens[max(0, state.prompt_len - NGRAM_MAX):state.prompt_len] if state is not None else []
         self.dynamic.add([*lead, *(int(t) for t in output)], len(lead))

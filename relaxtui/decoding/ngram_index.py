@@ -13,8 +13,8 @@ dropping the first token and appending one is one multiply-add.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -141,24 +141,28 @@ class GramIndex(SeqTokens):
             j = self.prev[j]
 
 
-class NgramBase(BaseDrafter):
-    """The n-gram kinds' shared loop: one state per sequence (``new_state``), synced with the prompt at ``begin``
-    and with the context at every draft, then ``propose`` reads it. Nothing to prefill, no model, no distribution;
-    a kind that finds nothing proposes nothing (the round runs verifier-only). ``release`` forgets the sequence."""
+S = TypeVar("S", bound=SeqTokens)
+
+
+class NgramBase(BaseDrafter, Generic[S]):
+    """The n-gram kinds' shared loop over their own state type ``S``: one state per sequence (``new_state``),
+    synced with the prompt at ``begin`` and with the context at every draft, then ``propose`` reads it. Nothing to
+    prefill, no model, no distribution; a kind that finds nothing proposes nothing (the round runs verifier-only).
+    ``release`` forgets the sequence."""
 
     def __init__(self) -> None:
-        self.seqs: dict[int, SeqTokens] = {}
+        self.seqs: dict[int, S] = {}
 
-    def new_state(self) -> SeqTokens:
+    def new_state(self) -> S:
         raise NotImplementedError
 
-    def state(self, seq: int) -> SeqTokens:
+    def state(self, seq: int) -> S:
         found = self.seqs.get(seq)
         if found is None:
             found = self.seqs[seq] = self.new_state()
         return found
 
-    def propose(self, state: SeqTokens, n: int) -> list[int]:
+    def propose(self, state: S, n: int) -> list[int]:
         raise NotImplementedError
 
     def begin(self, seq: int, prompt: Sequence[int], **_: object) -> bool:
@@ -166,14 +170,13 @@ class NgramBase(BaseDrafter):
         return True
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
-        drafts = []
-        for request in requests:
-            started = time.perf_counter()
-            state = self.state(request.seq)
-            state.sync(request.context)
-            tokens = self.propose(state, request.n_max) if request.n_max > 0 else []
-            drafts.append(Draft(tokens, None, None, time.perf_counter() - started))
-        return drafts
+        return self.timed_drafts(requests, self.propose_for)
+
+    def propose_for(self, request: DraftRequest) -> list[int]:
+        """One request's proposal: its sequence's state synced with the context, then read."""
+        state = self.state(request.seq)
+        state.sync(request.context)
+        return self.propose(state, request.n_max)
 
     def release(self, seq: int) -> None:
         self.seqs.pop(seq, None)

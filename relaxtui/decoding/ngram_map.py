@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from relaxtui.checks import MAX_NGRAM_COUNT
 from relaxtui.decoding.drafting import DrafterTraits, EmittedToken, confirmed
-from relaxtui.decoding.ngram_index import GramIndex, NgramBase, SeqTokens, sizes
+from relaxtui.decoding.ngram_index import GramIndex, NgramBase, sizes
 from relaxtui.errors import UserError
 
 MAX_VALUES = 4  # COMMON_NGRAM_MAX_VALUES: value m-grams counted per key
@@ -28,7 +28,7 @@ def check_min_hits(kind: str, min_hits: int) -> None:
                         f"{min_hits})")
 
 
-class NgramSimpleDrafter(NgramBase):
+class NgramSimpleDrafter(NgramBase[GramIndex]):
     """``ngram-simple`` (llama.cpp's ``common_ngram_simple_draft``): the newest earlier occurrence of the key, and
     the tokens after it. As llama.cpp: the context must be longer than n + m + 2 tokens; a match starts at position
     1 or later and not one token before the key (it would overlap it); at most m tokens are copied, and none unless
@@ -42,11 +42,10 @@ class NgramSimpleDrafter(NgramBase):
         super().__init__()
         self.size_n, self.size_m = sizes(self.traits.kind, size_n, size_m, self.DEFAULTS)
 
-    def new_state(self) -> SeqTokens:
+    def new_state(self) -> GramIndex:
         return GramIndex(self.size_n)
 
-    def propose(self, state: SeqTokens, n: int) -> list[int]:
-        assert isinstance(state, GramIndex)
+    def propose(self, state: GramIndex, n: int) -> list[int]:
         tokens, size_n = state.tokens, self.size_n
         length = len(tokens)
         if length - 1 <= size_n + self.size_m + 1:
@@ -122,7 +121,7 @@ class MapIndex(GramIndex):
         super().truncate(keep)
 
 
-class NgramMapDrafter(NgramBase):
+class NgramMapDrafter(NgramBase[MapIndex]):
     """``ngram-map`` (llama.cpp's ``ngram-map-k``: ``common_ngram_map_draft`` with ``key_only``). The key's match is
     the start the map holds for it, which needs m + 1 tokens after its key (a match lies at least m + 1 tokens
     back); the context must hold 2n + m + 1 tokens. Each key remembers how many drafts were kept the last time it
@@ -141,11 +140,10 @@ class NgramMapDrafter(NgramBase):
         check_min_hits(self.traits.kind, min_hits)
         self.min_hits = min_hits
 
-    def new_state(self) -> SeqTokens:
+    def new_state(self) -> MapIndex:
         return MapIndex(self.size_n, self.size_m)
 
-    def propose(self, state: SeqTokens, n: int) -> list[int]:
-        assert isinstance(state, MapIndex)
+    def propose(self, state: MapIndex, n: int) -> list[int]:
         state.last = None
         tokens, size_n, size_m = state.tokens, self.size_n, self.size_m
         length = len(tokens)
@@ -201,7 +199,7 @@ class NgramMapDrafter(NgramBase):
         """The next draft of the same key (value) is no longer than the tokens of this one the round confirmed
         (verified or not: a price may have verified fewer)."""
         state = self.seqs.get(seq)
-        if isinstance(state, MapIndex) and state.last is not None:
+        if state is not None and state.last is not None:
             stats, value, draft = state.last
             if value is None:
                 stats.n_accepted = confirmed(draft, emitted)

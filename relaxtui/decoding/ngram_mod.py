@@ -102,7 +102,7 @@ class ModState(SeqTokens):
         self.extend(kept)
 
 
-class NgramModDrafter(NgramBase):
+class NgramModDrafter(NgramBase[ModState]):
     """``ngram-mod``: the key is the context's last ``size_n`` tokens (llama.cpp's ``n_match``); the draft chains
     lookups, up to ``size_m`` tokens (``n_max``), and is dropped when the chain breaks before ``n_min`` tokens. A
     lookup reads the sequence's own n-grams first, then the shared table. Keeps: per sequence, its own n-grams
@@ -139,18 +139,16 @@ class NgramModDrafter(NgramBase):
             raise UserError(f"the ngram-mod drafter needs 1..{cls.MAX_SLOTS} slots (got {slots})")
         return size_n, size_m, n_min, slots
 
-    def new_state(self) -> SeqTokens:
+    def new_state(self) -> ModState:
         return ModState(self.size_n)
 
     def begin(self, seq: int, prompt: Sequence[int], **_: object) -> bool:
         state = self.state(seq)
-        assert isinstance(state, ModState)
         state.sync(prompt)
         state.prompt_len = len(prompt)
         return True
 
-    def propose(self, state: SeqTokens, n: int) -> list[int]:
-        assert isinstance(state, ModState)
+    def propose(self, state: ModState, n: int) -> list[int]:
         tokens = state.tokens
         state.drafted = []
         if len(tokens) - 1 < self.size_n:
@@ -164,7 +162,7 @@ class NgramModDrafter(NgramBase):
         """A round whose draft the output confirmed less than LOW_ACCEPTANCE of (verified or not: a price may have
         verified less) counts towards the table's reset."""
         state = self.seqs.get(seq)
-        if not isinstance(state, ModState) or not state.drafted:
+        if state is None or not state.drafted:
             return
         drafted, state.drafted = state.drafted, []  # a round that did not draft is not counted
         if confirmed(drafted, emitted) / len(drafted) < LOW_ACCEPTANCE:
@@ -178,7 +176,7 @@ class NgramModDrafter(NgramBase):
     def finished(self, seq: int, output: Sequence[int]) -> None:
         """The request's prompt and output go into the shared table (the next requests can draft them)."""
         state = self.seqs.get(seq)
-        lead = state.tokens[:state.prompt_len] if isinstance(state, ModState) else []
+        lead = state.tokens[:state.prompt_len] if state is not None else []
         tokens = [*lead, *(int(t) for t in output)]
         self.table.add(tokens, 0, len(tokens) - self.size_n)
         if self.table.occupancy > RESET_OCCUPANCY:

@@ -24,7 +24,6 @@ loop makes q one-hot).
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -204,13 +203,7 @@ class SuffixDrafter(BaseDrafter):
         return best[0], found
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[Draft]:
-        drafts = []
-        for request in requests:
-            started = time.perf_counter()
-            tokens, found = ([], {}) if request.n_max <= 0 else self.propose(request.seq, request.context,
-                                                                              request.n_max)
-            drafts.append(Draft(tokens, None, None, time.perf_counter() - started, found))
-        return drafts
+        return self.timed_drafts(requests, lambda request: self.propose(request.seq, request.context, request.n_max))
 
     def finished(self, seq: int, output: Sequence[int]) -> None:
         """Keep the output in the shared corpus (the sequence's own index keeps its context for a next turn)."""

@@ -16,7 +16,14 @@ from typing import Any
 
 from relaxtui.costmodel.pricing import END_REASON, Rounds, priced_speedup
 from relaxtui.costmodel.profiles import CostProfile
-from relaxtui.decoding.events import Finished, Metrics, TokenEvent, Verdict
+from relaxtui.decoding.events import (
+    Finished,
+    Metrics,
+    TokenEvent,
+    Verdict,
+    acceptance_rate,
+    mean_accepted_length,
+)
 from relaxtui.errors import UserError
 from relaxtui.options import Speculative
 
@@ -185,8 +192,8 @@ def stats(totals: Totals, speculative: Speculative, profile: CostProfile | None)
         "rounds": totals.rounds, "num_drafts": totals.drafts,
         "num_draft_tokens": totals.draft_tokens, "num_accepted_tokens": totals.accepted_tokens,
         "num_accepted_tokens_per_pos": list(totals.accepted_per_position),
-        "acceptance_rate": totals.accepted_tokens / totals.draft_tokens if totals.draft_tokens else 0.0,
-        "mean_accepted_length": 1.0 + totals.accepted_tokens / totals.rounds if totals.rounds else 0.0,
+        "acceptance_rate": acceptance_rate(totals.accepted_tokens, totals.draft_tokens),
+        "mean_accepted_length": mean_accepted_length(totals.accepted_tokens, totals.rounds),
         "priced_speedup": speedup, "priced_by": profile.name if profile is not None else None,
     }
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from relaxtui.decoding.config import GenerationConfig
+from relaxtui.decoding.counters import RoundCounters
 from relaxtui.decoding.drafters import ModelDrafter
-from relaxtui.decoding.events import Finished, TokenEvent, Verdict
+from relaxtui.decoding.events import Finished, TokenEvent, Verdict, acceptance_rate, mean_accepted_length
 from relaxtui.decoding.loop import generate
 from relaxtui.errors import UserError
 from tests.support.markov import GREEDY, PLAIN, VOCAB, assert_two_step_law, cycle_table, exact_two_step, fake
@@ -66,6 +67,11 @@ def test_counters_match_a_hand_computed_case():
     assert m.mean_accepted_length == pytest.approx(1 + 5 / 3)
     assert m.per_position_reached == (2, 2, 2)
     assert m.per_position_accepted == (2, 2, 1)
+    live = RoundCounters(3)  # a display's live counters, fed the same rounds, say the same (one definition each)
+    for round_ in {e.round.index: e.round for e in events}.values():
+        live.observe_round(round_)
+    assert (live.acceptance_rate, live.mean_accepted_length) == (m.acceptance_rate, m.mean_accepted_length)
+    assert (acceptance_rate(0, 0), mean_accepted_length(0, 0)) == (0.0, 1.0)  # before any draft, any round
     assert m.finish_reason == "max_tokens" and m.truncated
     assert verifier.decode_calls == [4, 4, 1]  # one verifier batch per round, N+1 wide (no prefill: 1-token prompt)
 
