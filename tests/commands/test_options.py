@@ -438,3 +438,28 @@ def test_a_choice_setting_reads_one_definition_on_every_face():
     assert scope.read(" answer ") == "answer" and scope.read("") is None
     with pytest.raises(BadValue, match=r"^the scope must be one of all, thinking, answer \(got 'x'\)$"):
         scope.read("x", "the scope")
+
+
+def test_a_rule_without_a_knob_runs_with_its_own_or_is_a_400_naming_it():
+    """docs/serve.md's sentence, rule by rule: a rule with a default knob runs with it; any other relaxed rule given
+    without a knob is a 400 naming the rule and its knob; the doc lists exactly the rules that have one."""
+    from pathlib import Path
+
+    from relaxtui.rules import RULES
+
+    own = {}
+    for name, cls in RULES.items():
+        if cls.knob_name is None:
+            continue
+        if cls.knob_default is not None:
+            taken = request({"speculative": {"rule": name}})
+            assert taken.rule is not None and taken.rule.knob == cls.knob_default, name
+            own[name] = cls.knob_default
+            continue
+        with pytest.raises(ApiError) as refused:
+            request({"speculative": {"rule": name}})
+        assert refused.value.param == "speculative.alpha", name
+        assert f"is missing: rule {name!r} needs a knob, {cls.knob_name} (" in refused.value.message, name
+    listed = ", ".join(f"`{name}` {knob:g}" for name, knob in own.items())
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text().split())
+    assert own and f"own default knob where it has one ({listed}:" in doc
