@@ -24,6 +24,8 @@ from relaxtui.decoding.config import GenerationConfig
 from relaxtui.display import PREDICTED, WALL_CLOCK, priced_label
 from relaxtui.engine.llama import LlamaModel
 from relaxtui.errors import UserError
+from relaxtui.evals.analysis.report import grid
+from relaxtui.evals.analysis.tune_advice import wrapped
 from relaxtui.options import DRAFT_CUT, DRAFT_MAX, MAX_TOKENS, SPECULATIVE_N
 from relaxtui.progress import StepCounter
 from relaxtui.session import chat_template, conversation_tokens, load_pair
@@ -283,7 +285,6 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
     draft = " ".join(f"{1e3 * x:.1f}" for x in cast("Sequence[float]", costs["draft_s"]))
     profile_names = list(result.runs[0].proxy_speedup) if result.runs else []
     priced = [priced_label(name[:20]) for name in profile_names]
-    width = max((len(p) for p in priced), default=0)
     baseline = "" if result.baseline_stable else f"  UNSTABLE: {result.baseline_unstable_reason}"
     lines = [
         f"verifier  {verifier}: {result.verifier_step_s * 1e3:.1f} ms per decoded token",
@@ -299,17 +300,17 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         f"share {result.baseline_python_share:.1%}; host {result.baseline_host_ms_per_round:.2f} ms and "
         f"{result.baseline_copied_bytes_per_round / 1024:.1f} KiB copied per token){baseline}",
         "",
-        f"{'N':>3} {'tok/s':>7} {WALL_CLOCK:>10} {PREDICTED:>9} {'error':>6} {'accept':>7} {'mean len':>8} "
-        f"{'break-even':>10} {'python':>7} {'host ms':>7} {'KiB/rnd':>7}" + "".join(f" {p:>{width}}" for p in priced),
     ]
+    table = [["N", "tok/s", WALL_CLOCK, PREDICTED, "error", "accept", "mean len", "break-even", "python", "host ms",
+              "KiB/rnd", *priced, ""]]
     for run_ in result.runs:
-        mark = "  <- best" if run_.best else ("  unstable" if not run_.stable else "")
-        proxies = "".join(f" {run_.proxy_speedup[name]:{width - 1}.3f}x" for name in profile_names)
-        even = break_even_cell(run_)
-        lines.append(f"{run_.n:>3} {run_.tokens_per_s:7.2f} {run_.speedup:9.3f}x {run_.predicted_speedup:8.3f}x "
-                     f"{run_.prediction_error:+6.3f} {run_.acceptance_rate:7.3f} {run_.mean_accepted_length:8.3f} "
-                     f"{even} {run_.python_share:6.1%} {run_.host_ms_per_round:7.2f} "
-                     f"{run_.copied_bytes_per_round / 1024:7.1f}{proxies}{mark}")
+        table.append([str(run_.n), f"{run_.tokens_per_s:.2f}", f"{run_.speedup:.3f}x",
+                      f"{run_.predicted_speedup:.3f}x", f"{run_.prediction_error:+.3f}", f"{run_.acceptance_rate:.3f}",
+                      f"{run_.mean_accepted_length:.3f}", break_even_cell(run_).strip(), f"{run_.python_share:.1%}",
+                      f"{run_.host_ms_per_round:.2f}", f"{run_.copied_bytes_per_round / 1024:.1f}",
+                      *(f"{run_.proxy_speedup[name]:.3f}x" for name in profile_names),
+                      "<- best" if run_.best else ("unstable" if not run_.stable else "")])
+    lines += grid(table, gap=1).splitlines()  # (at 120 columns: more profiles wrap into a second block)
     settings = ", ".join(f"{k}={v}" for k, v in result.settings.items())
     lines += ["", f"peak RSS  {result.peak_rss_mb:.0f} MiB   ({settings})",
               f"{WALL_CLOCK} = tokens/s over the verifier alone's, both timed in this run on this machine "
@@ -333,4 +334,4 @@ def render(result: BenchResult, verifier: str, drafter: str) -> str:
         lines.append(result.best_note)
     if (line := slower_line(result)) is not None:
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(wrapped(lines))

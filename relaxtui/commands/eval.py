@@ -40,6 +40,7 @@ from relaxtui.evals.analysis.report import (
     warnings,
     write_reports,
 )
+from relaxtui.evals.analysis.tune_advice import wrapped
 from relaxtui.evals.run.executors import Executor, local_executor
 from relaxtui.evals.run.identity import RunIdentity, fingerprints, model_paths, run_environment
 from relaxtui.evals.run.pair import THIS_MACHINE, plan_profile, sample_tokenizer
@@ -285,9 +286,9 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
         print(title)
         print(render_table(summaries))
         print("\n" + render_drift_table(summaries))
-        if note:
-            print(note)
-    for line in [*warnings(summaries), *unstable_profiles(profiles)]:
+        for line in wrapped([note] if note else []):
+            print(line)
+    for line in wrapped([*warnings(summaries), *unstable_profiles(profiles)]):  # (each at 120 columns)
         print(line, file=sys.stderr if as_json else sys.stdout)
     for path in write_reports(directory, summaries, title, profiles, note):
         if not as_json:

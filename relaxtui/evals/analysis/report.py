@@ -277,10 +277,41 @@ def profile_names(summaries: Sequence[ConfigSummary]) -> list[str]:
     return list(summaries[0].proxy) if summaries else []
 
 
-def _grid(rows: list[list[str]]) -> str:
+TABLE_WIDTH = 120  # a terminal table's widest line: wider, its columns wrap into blocks that each repeat the first
+
+
+def grid(rows: list[list[str]], width: int = TABLE_WIDTH, gap: int = 2) -> str:
+    """Rows as aligned columns ``gap`` spaces apart (the first left, the rest right); a table wider than ``width`` is
+    cut into as few blocks of consecutive columns as fit, as even as they can be, each led by the first column again,
+    one under the other with a blank line between."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
-                               enumerate(zip(r, widths, strict=True))) for r in rows)
+    return "\n\n".join("\n".join((" " * gap).join([r[0].ljust(widths[0]), *(r[i].rjust(widths[i]) for i in block)])
+                                   .rstrip() for r in rows) for block in _blocks(widths, width, gap))
+
+
+def _blocks(widths: Sequence[int], width: int, gap: int) -> list[range]:
+    """The columns after the first in the fewest consecutive blocks whose lines fit ``width`` (a column wider than
+    that alone gets a block of its own), the widest block as narrow as it can be."""
+    cost = [gap + w for w in widths[1:]]
+    lead, n = widths[0], len(cost)
+    for count in range(1, n + 1):
+        # best[j][i]: (the widest block, the split) of the first i columns in j blocks
+        best: list[list[tuple[float, list[int]]]] = [[(math.inf, [])] * (n + 1) for _ in range(count + 1)]
+        best[0][0] = (0, [])
+        for j in range(1, count + 1):
+            for i in range(j, n + 1):
+                for start in range(j - 1, i):
+                    line = lead + sum(cost[start:i])
+                    if line > width and i - start > 1:
+                        continue
+                    widest = max(best[j - 1][start][0], line)
+                    if widest < best[j][i][0]:
+                        best[j][i] = (widest, [*best[j - 1][start][1], start])
+        widest, starts = best[count][n]
+        if widest <= width or count == n:
+            edges = [*starts, n]
+            return [range(1 + edges[k], 1 + edges[k + 1]) for k in range(count)]
+    return [range(1, n + 1)]
 
 
 def drift_rows(summaries: Sequence[ConfigSummary]) -> list[list[str]]:
@@ -289,12 +320,12 @@ def drift_rows(summaries: Sequence[ConfigSummary]) -> list[list[str]]:
 
 def render_table(summaries: list[ConfigSummary]) -> str:
     names = profile_names(summaries)
-    return _grid([columns(names)] + [row(s, names) for s in summaries])
+    return grid([columns(names)] + [row(s, names) for s in summaries])
 
 
 def render_drift_table(summaries: list[ConfigSummary]) -> str:
     """The drift table: label-free signals of each config against its reference, printed below the summary."""
-    return "drift vs reference\n" + _grid([DRIFT_COLUMNS, *drift_rows(summaries)])
+    return "drift vs reference\n" + grid([DRIFT_COLUMNS, *drift_rows(summaries)])
 
 
 FOOTNOTE = (
