@@ -183,13 +183,15 @@ def _q_on_support(draft: Draft, i: int) -> Candidates:
 def _union(p: Candidates, q: Candidates, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(ids, p, q, index of x) on the union of p's and q's supports (and x: a draft q gives no mass is still
     judged, and rejected, as on the dense path). Sorted ids keep the residual's draw identical to the dense one."""
-    ids = np.concatenate((p.ids, q.ids, (x,)))
-    ids.sort()  # (array methods, not np.unique: a few dozen ids, where each numpy wrapper costs more than the work)
-    ids = ids[np.concatenate(((True,), ids[1:] != ids[:-1]))]
-    p_on, q_on = np.zeros(len(ids)), np.zeros(len(ids))
-    p_on[ids.searchsorted(p.ids)] = p.probs
-    q_on[ids.searchsorted(q.ids)] = q.probs
-    return ids, p_on, q_on, int(ids.searchsorted(x))
+    (p_ids, p_probs), (q_ids, q_probs) = p.as_lists(), q.as_lists()
+    ids = sorted({*p_ids, *q_ids, x})  # (plain numbers, three arrays at the end: a few dozen ids, right after a decode,
+    at = {token: i for i, token in enumerate(ids)}  # where each numpy call costs more than the work)
+    p_on, q_on = [0.0] * len(ids), [0.0] * len(ids)
+    for token, prob in zip(p_ids, p_probs, strict=True):
+        p_on[at[token]] = prob
+    for token, prob in zip(q_ids, q_probs, strict=True):
+        q_on[at[token]] = prob
+    return np.array(ids, dtype=np.int64), np.array(p_on), np.array(q_on), at[x]
 
 
 # -- the dense path -----------------------------------------------------------------------------------------------

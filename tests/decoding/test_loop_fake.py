@@ -139,3 +139,22 @@ def test_events_are_immutable(markov_pair):
     events, _ = run(fake(markov_pair[0]), [0], GenerationConfig(max_tokens=1, sampling=PLAIN))
     with pytest.raises(AttributeError):
         events[0].token_id = 3  # type: ignore[misc]
+
+
+def test_the_generators_draw_ahead_the_same_stream_as_numpys_own():
+    """spawn_generators' streams hand numpy's default_rng values, in order, across the blocks they draw ahead (a seed
+    reproduces what it did before the loops drew ahead); a draw of another shape once drawn ahead would come out of
+    order and is refused."""
+    from relaxtui.decoding.sampling import AheadGenerator, spawn_generators
+
+    for seed in (0, 7, 2**62):
+        ahead = spawn_generators(seed)
+        plain = [np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(2)]
+        for mine, theirs in zip(ahead, plain, strict=True):
+            count = 3 * AheadGenerator.BLOCK + 5
+            assert [mine.random() for _ in range(count)] == [theirs.random() for _ in range(count)]
+    fresh = spawn_generators(1)[0]
+    assert fresh.random(3).shape == (3,)  # nothing drawn ahead yet: numpy's own
+    fresh.random()
+    with pytest.raises(RuntimeError, match="scalar float64 draws only"):
+        fresh.random(2)
