@@ -71,7 +71,7 @@ def test_the_bounds_are_llama_cpps_where_it_has_them():
 # -- class 3: contradictory settings refused at start -------------------------------------------------------------
 CONTRADICTIONS = [
     (["--ngram-mod-n-min", "100", "--ngram-size-m", "10"], "ngram-mod"),
-    (["--ngram-min", "5", "--ngram-max", "2"], "--ngram-min <= --ngram-max"),
+    (["--ngram-min", "5", "--ngram-max", "2"], "--ngram-min must be at most --ngram-max"),
 ]
 
 
@@ -98,7 +98,7 @@ def test_chat_refuses_them_before_its_screen_opens(capsys, monkeypatch, flags, m
 @pytest.mark.parametrize("face", [["generate", "hi"], ["eval", "math500"], ["tune", "math500"], ["bench"]])
 @pytest.mark.parametrize("flags,kind,message", [
     (["--ngram-mod-n-min", "100", "--ngram-size-m", "10"], "ngram-mod", "ngram-mod"),
-    (["--ngram-min", "5", "--ngram-max", "2"], "ngram", "--ngram-min <= --ngram-max"),
+    (["--ngram-min", "5", "--ngram-max", "2"], "ngram", "--ngram-min must be at most --ngram-max"),
 ])
 def test_a_face_refuses_them_for_its_own_kind_before_loading(capsys, face, flags, kind, message):
     fails_with(capsys, [*face, *MISSING, "--draft-kind", kind, *flags], message)
