@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from relaxtui import checks
 from relaxtui.decoding.drafting import DrafterTraits, EmittedToken, confirmed
 from relaxtui.decoding.ngram_index import LCG, NgramBase, SeqTokens, gram_hash, hash_windows, roll, sizes
 from relaxtui.errors import UserError
@@ -133,8 +134,8 @@ class NgramModDrafter(NgramBase[ModState]):
         n_min = min(cls.DEFAULT_MIN, size_m) if n_min is None else n_min  # a shorter n_max lowers it
         slots = cls.DEFAULT_SLOTS if slots is None else slots
         if not 0 <= n_min <= size_m:
-            raise UserError(f"the ngram-mod drafter needs 0 <= n_min <= n_max (got ngram_mod_n_min = {n_min}, "
-                            f"ngram_size_m = {size_m})")
+            raise checks.BadValue("ngram_mod_n_min", f"must be in 0..{{ngram_size_m}} (got {n_min}, {{ngram_size_m}} "
+                                  f"{size_m})", ("ngram_size_m",))
         if not 1 <= slots <= cls.MAX_SLOTS:
             raise UserError(f"the ngram-mod drafter needs 1..{cls.MAX_SLOTS} slots (got {slots})")
         return size_n, size_m, n_min, slots

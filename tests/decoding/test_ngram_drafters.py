@@ -64,7 +64,7 @@ def test_the_factory_builds_every_ngram_kind_and_declares_no_distribution():
         build("ngram-simple", ngram_size_n=0)
     with pytest.raises(UserError, match="n-gram sizes >= 1"):  # the class's own, for code that builds it directly
         NgramSimpleDrafter(0, 4)
-    with pytest.raises(UserError, match="n_min <= n_max"):
+    with pytest.raises(UserError, match=r"ngram_mod_n_min must be in 0\.\.ngram_size_m \(got 5, ngram_size_m 4\)"):
         build("ngram-mod", ngram_size_m=4, ngram_mod_n_min=5)
 
 
