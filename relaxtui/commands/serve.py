@@ -72,10 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "or only a whole repeated prompt (outputs never depend on earlier requests)")
     net.add_argument("--fake", action="store_true", help="a deterministic fake model pair (no weights)")
     tenants = parser.add_argument_group("several tenants (docs/serve.md#several-tenants)")
-    tenants.add_argument("--allow-rules", type=utf8_text, default=None, metavar="NAME[:LIMIT],…",
+    tenants.add_argument("--allow-rules", type=utf8_text, default=None, metavar="NAME[:LIMIT[:KNOB2]],…",
                          help="the rules requests may choose, each up to LIMIT, its most relaxed knob (compared in the "
-                              "rule's own orientation: ensemble's w and typical's epsilon relax downwards); strict is "
-                              "always allowed (default: any rule at any knob)")
+                              "rule's own orientation: ensemble's w, typical's epsilon, fly's tau, topk-ratio's r, "
+                              "threshold's t_acc and mars's theta relax downwards); a rule with a limit runs at the "
+                              "second knob given after it, else its default; strict is always allowed (default: any "
+                              "rule at any knob)")
     tenants.add_argument("--allow-draft-kinds", type=utf8_text, default=None, metavar="KIND,…",
                          help="the drafter kinds requests may choose (default: every kind this server drafts with; "
                               "'none', the verifier alone, is always allowed)")
@@ -152,11 +154,11 @@ def scoped(pair: ServedPair, scope: str) -> ServedPair:
 
 def serve_policy(args: argparse.Namespace, draft_kinds: tuple[str, ...]) -> Policy:
     """The operator's bounds on what requests choose, each flag checked (one line, exit 2, before anything loads)."""
-    rules = None if args.allow_rules is None else parse_allow_rules(args.allow_rules)
+    rules, second_knobs = (None, {}) if args.allow_rules is None else parse_allow_rules(args.allow_rules)
     known = tuple(kind for kind in draft_kinds if kind != VERIFIER_ALONE)
     kinds = None if args.allow_draft_kinds is None else parse_allow_kinds(args.allow_draft_kinds, known)
     return Policy(rules, kinds, verdicts=args.verdicts == "on", share_learning=args.share_learning,
-                  max_scopes=args.learning_scopes)
+                  max_scopes=args.learning_scopes, second_knobs=second_knobs)
 
 
 def draft_kinds(args: argparse.Namespace) -> tuple[str, ...]:

@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="what the race may spend: N generations (one setting, or strict, on one problem and seed; "
                            "e.g. 200) or a duration (90m, 2h, 45s); settings still open then are undecided, with "
                            f"their intervals and what would settle them (default {DEFAULT_BUDGET_S // 60:.0f}m)")
-    race.add_argument("--confidence", type=float_option("--confidence", low=0.5, high=1, high_open=True),
+    race.add_argument("--confidence", type=float_option("--confidence", low=0.5, high=1, low_open=True, high_open=True),
                       default=0.95, help="each decision is wrong at most 1 - this often, however long it races")
     race.add_argument("--max-drop", type=float_option("--max-drop", low=0, high=100), default=2.0,
                       help="accuracy points you accept to lose")

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from relaxtui.checks import BadValue
 from relaxtui.errors import UserError
-from relaxtui.rules import Rule, rule_class, split_spec
+from relaxtui.rules import Rule, rule_class, second_knob, split_spec
 from relaxtui.serve.body import bad
 
 ALWAYS_ALLOWED_RULES = ("strict",)  # the lossless rule: what the verifier alone would serve
@@ -38,6 +38,8 @@ class Policy:
     verdicts: bool = True  # False: responses show no per-token verdicts and no acceptance counts
     share_learning: bool = False  # True: one scope for every key (the keys are one tenant)
     max_scopes: int = DEFAULT_SCOPES  # scopes whose learned drafter state is kept, least recently used evicted first
+    second_knobs: Mapping[str, float | None] = field(default_factory=dict)  # rule -> the second knob its requests
+    # use where it has a limit (--allow-rules NAME:LIMIT:KNOB2; not given: the rule's default)
 
     def check_rule(self, rule: Rule, param_rule: str, param_knob: str) -> None:
         """A 400 naming the field when ``rule`` (built, its knob resolved) is outside the policy."""
@@ -51,6 +53,11 @@ class Policy:
             side = "at most" if type(rule).relaxes_upward else "at least"
             raise bad(param_knob, f"{rule.name} {type(rule).knob_name} = {rule.knob:g} is more relaxed than this "
                                   f"server allows ({side} {limit:g}: --allow-rules {self.rules_text()})")
+        allowed2 = self.second_knobs.get(rule.name, type(rule).knob2_default)
+        if limit is not None and rule.knob2 != allowed2:  # a second knob relaxes too (k, t_single, W): held as set
+            shown = "its default" if allowed2 is None else f"{allowed2:g}"
+            raise bad(param_rule, f"{rule.name}'s {type(rule).knob2_name} is held at {shown} on this server "
+                                  f"(--allow-rules {self.rules_text()})")
 
     def check_kind(self, kind: str, param: str, verifier_alone: str) -> None:
         if self.draft_kinds is not None and kind != verifier_alone and kind not in self.draft_kinds:
@@ -63,7 +70,10 @@ class Policy:
 
     def rules_text(self) -> str:
         assert self.rules is not None
-        return ",".join(name if limit is None else f"{name}:{limit:g}" for name, limit in self.rules.items())
+        def entry(name: str, limit: float | None) -> str:
+            second = self.second_knobs.get(name)
+            return name if limit is None else f"{name}:{limit:g}" + ("" if second is None else f":{second:g}")
+        return ",".join(entry(name, limit) for name, limit in self.rules.items())
 
     def scope(self, key: int | None, user: str | None) -> object:
         """Whose learned state a request reuses: its key's (and its user's under that key); one scope for a server
@@ -97,14 +107,17 @@ def _orientation(name: str) -> str:
     return "bigger relaxes" if rule_class(name).relaxes_upward else "smaller relaxes"
 
 
-def parse_allow_rules(text: str) -> dict[str, float | None]:
-    """``--allow-rules NAME[:LIMIT],…``: each rule known, each limit a valid knob of it (one line otherwise)."""
+def parse_allow_rules(text: str) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """``--allow-rules NAME[:LIMIT[:KNOB2]],…``: each rule known, each limit a valid knob of it (one line otherwise);
+    (rule -> limit, rule -> the second knob its requests must use, where given)."""
     rules: dict[str, float | None] = {}
+    seconds: dict[str, float | None] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
             raise UserError(f"--allow-rules {text!r}: an empty entry (write NAME[:LIMIT],…)")
         try:
-            name, limit = split_spec(item)
+            named, limit = split_spec(item)
+            name, second = second_knob(named)
             cls = rule_class(name)
             if limit is not None:
                 cls.check_knob(limit)
@@ -114,10 +127,14 @@ def parse_allow_rules(text: str) -> dict[str, float | None]:
             raise UserError(f"--allow-rules {item!r}: {exc}") from None
         if limit is not None and cls.knob_name is None:
             raise UserError(f"--allow-rules {item!r}: rule {name!r} takes no knob")
+        if second is not None and limit is None:
+            raise UserError(f"--allow-rules {item!r}: a second knob needs the first's limit before it")
         if name in rules:
             raise UserError(f"--allow-rules: {name!r} is listed twice")
         rules[name] = limit
-    return rules
+        if second is not None:
+            seconds[name] = second
+    return rules, seconds
 
 
 def parse_allow_kinds(text: str, known: tuple[str, ...]) -> tuple[str, ...]:

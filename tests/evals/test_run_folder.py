@@ -246,6 +246,8 @@ def test_tune_refuses_what_eval_refuses_before_loading(capsys, tmp_path):
     fails_with(capsys, ["tune", "aime", "--rule", "mentored", "--alpha", "2", *missing], "out of range for 'mentored'")
     fails_with(capsys, ["tune", "aime", "--rule", "nope", *missing], "unknown rule 'nope'")
     fails_with(capsys, ["tune", "aime", "--max-drop", "nan", *missing], "--max-drop")
+    fails_with(capsys, ["tune", "aime", "--confidence", "0.5", *missing], "--confidence must be in (0.5, 1)")  # was a
+    # traceback from the race's own check
     fails_with(capsys, ["tune", "aime", "--profile", "nope", *missing], "nope")
     fails_with(capsys, ["tune", "aime", *missing], "nope.gguf")  # the model is checked before the folder
     assert not out.exists()

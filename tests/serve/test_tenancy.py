@@ -16,6 +16,7 @@ import pytest
 
 from relaxtui.decoding.drafters import DrafterOptions
 from relaxtui.decoding.sampling import SamplingParams
+from relaxtui.errors import UserError
 from relaxtui.serve.pair import FakeServedPair, KindDrafters
 from relaxtui.serve.policy import Policy, parse_allow_rules
 from tests.support.servers import client, raw, running
@@ -147,7 +148,7 @@ def test_learned_state_stays_bounded_with_many_keys():
     ({"verdicts": True}, "verdicts", "--verdicts off"),
 ])
 def test_requests_outside_the_operators_policy_are_a_400_naming_field_and_policy(body, param, words):
-    policy = Policy(parse_allow_rules("cactus:1,ensemble:0.8"), ("model", "ngram"), verdicts=False)
+    policy = Policy(parse_allow_rules("cactus:1,ensemble:0.8")[0], ("model", "ngram"), verdicts=False)
     with running(keys=KEYS, policy=policy) as (url, _):
         status, _, payload = raw(url, "POST", "/v1/completions", {"prompt": [1, 2], "max_tokens": 2, **body},
                                  headers={"Authorization": "Bearer key-a"})
@@ -161,8 +162,31 @@ def test_requests_outside_the_operators_policy_are_a_400_naming_field_and_policy
             assert status == 200, allowed
 
 
+def test_a_second_knob_cannot_relax_past_the_policy():
+    # --allow-rules threshold:0.9 let threshold:0.9:0.001 through (t_single bounded by nothing), and
+    # --allow-rules threshold:0.9:0.5 stored its key as threshold[t_single=0.5], so threshold was then always refused
+    limits, seconds = parse_allow_rules("threshold:0.9,topk-delta:0.2:5,fly")
+    assert (limits, seconds) == ({"threshold": 0.9, "topk-delta": 0.2, "fly": None}, {"topk-delta": 5.0})
+    policy = Policy(limits, second_knobs=seconds)
+    assert policy.rules_text() == "threshold:0.9,topk-delta:0.2:5,fly"
+    with running(keys=KEYS, policy=policy) as (url, _):
+        def status_of(rule: str) -> tuple[int, dict]:
+            status, _, payload = raw(url, "POST", "/v1/completions",
+                                     {"prompt": [1, 2], "max_tokens": 2, "speculative": {"rule": rule}},
+                                     headers={"Authorization": "Bearer key-a"})
+            return status, json.loads(payload).get("error") or {}
+
+        for rule in ("threshold:0.9:0.001", "threshold:0.95:0.5", "topk-delta:0.2:50", "topk-delta:0.1"):
+            status, error = status_of(rule)
+            assert status == 400 and error["param"] == "speculative.rule" and "is held at" in error["message"], rule
+        for rule in ("threshold:0.9", "threshold:0.95:1", "topk-delta:0.1:5", "fly::2", "fly:0.1"):
+            assert status_of(rule)[0] == 200, rule
+    with pytest.raises(UserError, match="a second knob needs the first's limit"):
+        parse_allow_rules("threshold::0.5")
+
+
 def test_verdicts_off_removes_acceptance_counts_everywhere_and_models_says_the_policy():
-    policy = Policy(parse_allow_rules("cactus:1"), verdicts=False)
+    policy = Policy(parse_allow_rules("cactus:1")[0], verdicts=False)
     with running(keys=KEYS, policy=policy) as (url, _):
         api = client(url, "key-a")
         reply = api.completions.create(model="x", prompt=[1, 2, 3], max_tokens=8)

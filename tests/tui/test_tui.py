@@ -164,6 +164,22 @@ async def test_settings_are_validated():
         assert (app.settings.rule, app.settings.knob, app.settings.draft_max) == ("mentored", 0.7, 4)
 
 
+async def test_a_rule_with_a_second_knob_opens_in_the_panel_and_applies_unchanged():
+    # `chat --rule topk-delta:0.5:15` stores topk-delta[k=15]: F2 raised InvalidSelectValueError on it
+    app = RelaxApp(FakeChatEngine(), ChatSettings(rule="topk-delta[k=15]", knob=0.5, drafter="fake-drafter",
+                                                  max_tokens=40, seed=3))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.ready)
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: bool(app.query("#set-rule")))
+        assert app.query_one("#set-rule", Select).value == "topk-delta[k=15]"
+        assert str(app.query_one("#set-knob-label").render()) == "knob (delta)"
+        app.query_one("#set-knob", Input).value = "0.25"
+        await pilot.click("#set-apply")
+        await wait_until(pilot, lambda: app.settings.knob == 0.25)
+        assert app.settings.rule == "topk-delta[k=15]"
+
+
 async def test_inspector_shows_the_selected_token():
     app = fake_app()
     async with app.run_test(size=SIZE) as pilot:

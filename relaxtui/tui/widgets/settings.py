@@ -22,7 +22,7 @@ from relaxtui.checks import BadValue
 from relaxtui.decoding.drafters import STANDALONE_KINDS
 from relaxtui.errors import UserError
 from relaxtui.options import ALPHA, DRAFT_MAX, MAX_TOKENS, RELAX_SCOPE, RULE, SEED, TEMPERATURE, TOP_K, TOP_P
-from relaxtui.rules import PAPER_GRID, RULES
+from relaxtui.rules import PAPER_GRID, RULES, base_name
 from relaxtui.tui.engine import KIND_WORDS, NO_DRAFTER, ChatSettings
 
 # (id, label, setting) of the number fields, in the order they are shown and tabbed through: each is read and checked
@@ -48,7 +48,14 @@ DRAFTER_TIP = "; ".join([f"{NO_DRAFTER} = verifier alone", *(f"{k} = {w}" for k,
 
 
 def knob_name(rule: str) -> str | None:
-    return getattr(RULES.get(rule), "knob_name", None)
+    return getattr(RULES.get(base_name(rule)), "knob_name", None)
+
+
+def rule_options(current: str) -> list[tuple[str, str]]:
+    """Every rule by name, and the current one as given when a second knob rides in its name (``topk-delta[k=15]``,
+    from ``--rule topk-delta:0.5:15``): the list must hold the value it shows."""
+    names = list(RULES) if current in RULES else [*RULES, current]
+    return [(name, name) for name in names]
 
 
 def knob_label(rule: str) -> str:
@@ -94,7 +101,7 @@ class SettingsPanel(Vertical):
                 yield Label(self.verifier or "–", id="set-verifier", classes="value")
             with Horizontal(classes="row"):
                 yield Label("rule", classes="label")
-                yield Select([(name, name) for name in RULES], value=s.rule, allow_blank=False, compact=True,
+                yield Select(rule_options(s.rule), value=s.rule, allow_blank=False, compact=True,
                              id="set-rule", tooltip=RULE.help)
             with Horizontal(classes="row"):
                 yield Label(knob_label(s.rule), id="set-knob-label", classes="label")
@@ -131,7 +138,9 @@ class SettingsPanel(Vertical):
         """Refill the form (after a model load: the drafter list and the current values)."""
         self.settings, self.drafters, self.verifier = settings, drafters, verifier
         self.query_one("#set-verifier", Label).update(verifier or "–")
-        self.query_one("#set-rule", Select).value = settings.rule
+        rule = self.query_one("#set-rule", Select)
+        rule.set_options(rule_options(settings.rule))
+        rule.value = settings.rule
         self._show_knob(settings.rule, "" if settings.knob is None else f"{settings.knob:g}")
         self.query_one("#set-relax-scope", Select).value = settings.relax_scope
         for field_id, value in _values(settings).items():
