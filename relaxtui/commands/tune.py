@@ -223,8 +223,8 @@ def run(args: argparse.Namespace) -> int:
     drafter_run, _, entrant = found[0]
     previous = signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
     try:
-        carries = run_checks(args, checks, entrant, why, task.name, drafter_run, rules, budget, strict,
-                             stop_requested)
+        carries = run_checks(args, checks, entrant, why, task.name, drafter_run,
+                             lambda scored: race_rules(args, scored), budget, strict, stop_requested)
     finally:
         signal.signal(signal.SIGINT, previous)
     if carries is None:

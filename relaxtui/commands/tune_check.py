@@ -9,6 +9,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -53,15 +54,17 @@ def plan_checks(args: argparse.Namespace, task: Task, out: Path, given_tokens: i
 
 
 def run_checks(args: argparse.Namespace, checks: list[CheckTask], chosen: Entrant, why: str, source: str,
-               drafter_run: DrafterRun, rules: RaceRules, budget: Budget, plan: EvalPlan,
+               drafter_run: DrafterRun, rules_for: Callable[[bool], RaceRules], budget: Budget, plan: EvalPlan,
                stop_requested: threading.Event) -> list[str] | None:
     """Race ``chosen`` against strict at its N on each --check task, priced by the tuned task's own profile (one
-    price list); the verdict lines, or None when stopped (the folders keep the races: run again to go on)."""
+    price list), judged as that task is (``rules_for(scored)``: accuracy where it has gold, drift where it has none);
+    the verdict lines, or None when stopped (the folders keep the races: run again to go on)."""
     lines = [f"does {chosen.name} carry over? ({why} on {source}; each task raced against strict "
              f"N={chosen.point.draft_max} there, needing {chosen.needed_speedup:.3f}x over it)"]
     measured = drafter_run.store.directory / MEASURED_PROFILE
     for check in checks:
         run = check.runs[drafter_run.stem]
+        rules = rules_for(getattr(check.task, "scored", True))
         store, folder = run.store, run.store.directory
         by_id = {sample.id: sample for sample in check.samples}
         task_plan = replace(plan, max_tokens=check.max_tokens, record_rows=False, no_spec=False)

@@ -117,6 +117,24 @@ def test_each_setting_stops_the_moment_it_is_decided_and_strict_runs_only_as_far
     assert done.state.spent == len(executor.ran)
 
 
+class FailingExecutor(FakeExecutor):
+    """Every thirtieth problem's relaxed unit fails (its prompt does not fit, say): a record with no round to price."""
+
+    def run(self, task, plan, units, should_stop):
+        for record, unit in zip(super().run(task, plan, units, should_stop), units, strict=False):
+            if unit.point != STRICT and int(unit.sample.id[1:]) % 30 == 0:
+                record = failed_record(task, unit, "the prompt does not fit")
+            yield record
+
+
+def test_a_generation_that_failed_counts_as_no_speed_difference_and_the_race_goes_on(tmp_path):
+    # a failed record prices to 0: its speed-up over strict was None, and Race.record raised ValueError mid-race
+    done, finished, _ = race(tmp_path, [Entrant(GOOD, 1.02)], FailingExecutor())
+    setting = done.state.settings[0]
+    assert finished and setting.decision == HOLDS
+    assert any(int(pid[1:]) % 30 == 0 for pid in setting.problems)  # a failed problem was raced through
+
+
 def test_a_batch_runs_problem_major_each_problems_strict_run_first(tmp_path):
     executor = FakeExecutor()
     race(tmp_path, ENTRANTS, executor)

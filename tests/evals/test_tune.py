@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -172,6 +173,12 @@ def test_tiny_real_tune(capsys, tmp_path, test_model_path):
     raced_row = next(line for line in speed_block if line.startswith("cactus(1) N="))
     assert "x [" in strict_row and "x [" not in raced_row
     assert (tmp_path / "check-aime25" / "smollm2-135m-instruct-q4_1" / "race.json").exists()
+    # a check on a task without gold is judged on drift: it reused the tuned task's rules (accuracy) and raised
+    # ValueError('no accuracy outcome') after its first batch
+    open_ended = Path(__file__).resolve().parents[2] / "evals" / "examples" / "open_ended.toml"
+    assert main([*argv, "--no-screen", "--check", str(open_ended), "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "carry over?" in out and "  - open-ended: " in out and "Δlogp" in out
 
 
 # -- issue 44, Found 5: advice words that fit what ran -----------------------------------------------------------
@@ -237,3 +244,4 @@ def test_tune_knows_which_settings_draft_without_a_model():
     assert model_free_labels(alone, [run("small", "model")]) == set()
     both = [summary("strict N=3 [small]", "strict", 0.9, 0.5), summary("strict N=3 [suffix]", "strict", 0.8, 0.5)]
     assert model_free_labels(both, [run("small", "model"), run("suffix", "suffix")]) == {"strict N=3 [suffix]"}
+

@@ -103,7 +103,7 @@ def paired_outcome(problem_id: str, mine: Sequence[Record], strict: Sequence[Rec
     """One problem's outcome, a setting against strict on the same seeds (repeats averaged): the correctness
     difference (None for an open-ended task), the difference of the mean verifier log-prob per token (an output
     without one, an empty answer, counts as no difference), and the priced speed-up over strict (None without a
-    profile)."""
+    profile; 1.0, no difference, when a side ran no round to price: a generation that failed or wrote nothing)."""
     def mean(records: Sequence[Record], key: str) -> float | None:
         values = [float(r[key]) for r in records if r.get(key) is not None]
         return sum(values) / len(values) if values else None
@@ -117,7 +117,7 @@ def paired_outcome(problem_id: str, mine: Sequence[Record], strict: Sequence[Rec
     if profile is not None:
         mine_speed = priced_speedup(profile, rounds_of_records(mine))
         strict_speed = priced_speedup(profile, rounds_of_records(strict))
-        speedup = mine_speed / strict_speed if strict_speed > 0 and mine_speed > 0 else None
+        speedup = mine_speed / strict_speed if strict_speed > 0 and mine_speed > 0 else 1.0
     return PairedOutcome(problem_id, accuracy, drift, speedup)
 
 
