@@ -20,6 +20,8 @@ import numpy as np
 
 from relaxtui.rules.base import Rule
 
+MAX_K = 1024  # bounded where it is read: a k of 1e15 was taken, and every row then sorted the whole vocabulary
+
 
 class TopSet(Rule):
     """The shared set A and targets; a subclass says which raw probabilities are close enough to the top one."""
@@ -30,7 +32,7 @@ class TopSet(Rule):
 
     @classmethod
     def knob2_ok(cls, knob2: float) -> bool:
-        return knob2 == int(knob2) and knob2 >= 1
+        return knob2 == int(knob2) and 1 <= knob2 <= MAX_K
 
     def floor(self, top_prob: float) -> float:
         """The least raw probability in A, given the top one's."""
@@ -78,7 +80,7 @@ class TopkDelta(TopSet):
                  "0 = strict")
     knob2_name = "k"
     knob2_default = 10.0
-    knob2_help = "a whole number >= 1, default 10: how many of the verifier's likeliest tokens may be kept"
+    knob2_help = "a whole number in 1..1024, default 10: how many of the verifier's likeliest tokens may be kept"
 
     @classmethod
     def knob_ok(cls, knob: float) -> bool:
@@ -95,7 +97,7 @@ class TopkRatio(TopSet):
                  "relaxed, 1 = strict")
     knob2_name = "k"
     knob2_default = 3.0
-    knob2_help = "a whole number >= 1, default 3: how many of the verifier's likeliest tokens may be kept"
+    knob2_help = "a whole number in 1..1024, default 3: how many of the verifier's likeliest tokens may be kept"
     relaxes_upward = False  # a smaller ratio keeps more
 
     @classmethod

@@ -19,6 +19,7 @@ from relaxtui.evals.run.plan import EvalPlan
 from relaxtui.evals.run.race_run import RACE_FILE, Entrant, open_race, race_order, read_race, run_race
 from relaxtui.evals.run.results import GridPoint, ResultsStore
 from relaxtui.evals.run.runner import Known
+from relaxtui.evals.run.tuning import StrictStage, screen_settings
 from relaxtui.evals.run.units import failed_record
 from relaxtui.evals.tasks.base import Sample
 
@@ -195,3 +196,12 @@ def test_the_table_and_its_json_twin_show_the_same_intervals_and_fit_120_columns
         assert entry["status"] == row.status and entry["problems"] == row.problems
         low = entry["accuracy"]["low"]
         assert f"{low:+.1f}" in table  # the same number in both
+
+
+def test_a_rule_that_cannot_run_at_the_relaxed_n_is_left_out_saying_why():
+    # FLy at N = 1 (tune --draft-max 1 2 with N = 1 best) raised at its first round, after the strict stage had run
+    points = [GridPoint("fly", 0.3, 1), GridPoint("cactus", 1.0, 1)]
+    lines, entrants = screen_settings(points, {}, StrictStage({1: 0.9}, 1), None, temperature=0.6)
+    assert [line.label for line in lines] == [p.label for p in points]
+    assert not lines[0].pays and lines[0].line.startswith("cannot run at N=1: N must be at least 2 for rule 'fly'")
+    assert [entrant.name for entrant in entrants] == [points[1].label]

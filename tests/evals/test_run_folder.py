@@ -246,6 +246,10 @@ def test_tune_refuses_what_eval_refuses_before_loading(capsys, tmp_path):
     fails_with(capsys, ["tune", "aime", "--rule", "mentored", "--alpha", "2", *missing], "out of range for 'mentored'")
     fails_with(capsys, ["tune", "aime", "--rule", "nope", *missing], "unknown rule 'nope'")
     fails_with(capsys, ["tune", "aime", "--max-drop", "nan", *missing], "--max-drop")
+    fails_with(capsys, ["tune", "aime", "--rule", "fly:0.3:6", "--draft-max", "2", "3", *missing],
+               "--draft-max must be above the window of rule 'fly', W=6 (got 3)")  # FLy's N before anything loads
+    fails_with(capsys, ["eval", "aime", "--rule", "fly", "--draft-max", "1", "2", *missing],
+               "--draft-max must be at least 2 for rule 'fly' (got 1)")
     fails_with(capsys, ["tune", "aime", "--confidence", "0.5", *missing], "--confidence must be in (0.5, 1)")  # was a
     # traceback from the race's own check
     fails_with(capsys, ["tune", "aime", "--profile", "nope", *missing], "nope")

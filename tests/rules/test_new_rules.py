@@ -465,7 +465,8 @@ def test_second_knobs_ride_in_the_name_through_split_spec_and_make():
 @pytest.mark.parametrize("spec,message", [
     ("mentored:0.5:3", "rule 'mentored:0.5:3': rule 'mentored' takes no second knob"),
     ("fly:0.3:0", "rule 'fly': 0 is out of range for W, a whole number >= 1"),
-    ("topk-delta:0.5:2.5", "out of range for k, a whole number >= 1"),
+    ("topk-delta:0.5:2.5", "out of range for k, a whole number in 1..1024"),
+    ("topk-ratio:0.5:1e15", "out of range for k, a whole number in 1..1024"),
     ("topk-delta:0.5:x", "the second knob must be a number"),
     ("threshold:0.5:0", "out of range for t_single, in (0, 1]"),
     ("fly:1:2:3", "give at most two knobs, NAME:KNOB:KNOB2"),

@@ -57,8 +57,11 @@ class EvalPlan:
         for spec in self.rules:
             name = self._name(spec)
             for knob in self._knobs(spec):
-                self.rule_at(GridPoint(name, knob, 0))
-                points += [GridPoint(name, knob, n) for n in self.draft_max]
+                rule = self.rule_at(GridPoint(name, knob, 0))
+                for n in self.draft_max:
+                    if rule is not None:
+                        rule.check_draft_max(n)  # FLy at N = 1: before any model loads, not at its first round
+                    points.append(GridPoint(name, knob, n))
         return points
 
     def rule_at(self, point: GridPoint) -> Rule | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relaxtui.checks import BadValue
 from relaxtui.costmodel.pricing import priced_speedup, rounds_of_records
 from relaxtui.costmodel.profiles import CostProfile
 from relaxtui.costmodel.replay import MIN_GAIN, RecordedRun, replay_settings
@@ -74,16 +75,26 @@ def screen_settings(points: Sequence[GridPoint], recorded: Mapping[int, Sequence
                     screen: bool = True, relax_scope: str = "all") -> tuple[list[Screened], list[Entrant]]:
     """Each relaxed point's screen line, and the entrants that race: those that pass (every one with ``screen``
     off), each needing the speed-up over strict at its N that puts it ``min_gain`` above the best strict N and the
-    verifier alone. Without a profile nothing is replayed (no prices): every setting races."""
+    verifier alone. Without a profile nothing is replayed (no prices): every setting races. A rule that cannot run
+    at its N (FLy at N = 1, the best strict N) is left out, saying so."""
     bar = min_gain * max(stage.best, 1.0)
+    refused: dict[GridPoint, Screened] = {}
+    for point in (p for p in points if p.rule):
+        try:
+            make(point.rule, point.knob, temperature=temperature).check_draft_max(point.draft_max)
+        except BadValue as exc:
+            refused[point] = Screened(point.label, False, f"cannot run at N={point.draft_max}: N {exc.problem}")
+    runnable = [p for p in points if p not in refused]
     lines: list[Screened] = []
     if profile is not None:
-        rules = [(make(p.rule, p.knob, temperature=temperature), p.draft_max) for p in points if p.rule]
+        rules = [(make(p.rule, p.knob, temperature=temperature), p.draft_max) for p in runnable if p.rule]
         _, replays = replay_settings(recorded, rules, profile, min_gain=min_gain, scope=relax_scope)
         lines = [Screened(p.label, r.verdict.pays or not screen, r.verdict.reason, r.speedup)
-                 for p, r in zip(points, replays, strict=True)]
+                 for p, r in zip(runnable, replays, strict=True)]
     else:
-        lines = [Screened(p.label, True, "no cost profile to replay with: races unscreened") for p in points]
+        lines = [Screened(p.label, True, "no cost profile to replay with: races unscreened") for p in runnable]
+    by_point = {**dict(zip(runnable, lines, strict=True)), **refused}
+    lines = [by_point[p] for p in points]
     entrants = []
     for point, line in zip(points, lines, strict=True):
         if line.pays:
