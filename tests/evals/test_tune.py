@@ -203,34 +203,6 @@ def test_a_cheaper_drafter_is_advised_only_for_a_drafter_that_costs_something():
     assert "or a cheaper drafter" in other.lines()[1]
 
 
-def test_a_pareto_front_is_named_only_when_speed_trades_against_accuracy():
-    traded = [summary("no-spec", None, 1.0, 0.60), summary("strict N=3", "strict", 1.2, 0.60),
-              summary("cactus(1) N=3", "cactus", 1.5, 0.55, knob=1.0)]
-    assert recommend(traded, max_drop=2.0, profile=PROFILE).front_line() == (
-        "Pareto front: strict N=3, cactus(1) N=3")
-
-
-def test_no_pareto_front_is_named_when_every_setting_ties_on_speed():
-    """Issue 44: a Pareto front was named when every setting tied at 1.000x."""
-    tied = [summary("no-spec", None, 1.0, 0.0), summary("strict N=2", "strict", 1.0, 0.0, n=2),
-            summary("strict N=3", "strict", 1.0, 0.0), summary("cactus(1) N=3", "cactus", 1.0, 0.0, knob=1.0)]
-    line = recommend(tied, max_drop=2.0, profile=PROFILE).front_line()
-    assert "Pareto front" not in line
-    assert line == ("no speed-accuracy trade-off to show: every setting runs at 1.000x priced unit and scores "
-                    "0.0%; nothing here tells them apart")
-    apart = [*tied[:3], summary("cactus(1) N=3", "cactus", 1.0, 0.5, knob=1.0, wins=200)]
-    assert recommend(apart, max_drop=2.0, profile=PROFILE).front_line() == (
-        "no speed-accuracy trade-off to show: every setting runs at 1.000x priced unit; by accuracy: "
-        "cactus(1) N=3 (50.0%)")
-
-
-def test_one_setting_that_beats_every_other_is_named_as_such():
-    ahead = [summary("no-spec", None, 1.0, 0.5), summary("strict N=2", "strict", 1.1, 0.5, n=2),
-             summary("strict N=3", "strict", 1.2, 0.6)]
-    assert recommend(ahead, max_drop=2.0, profile=PROFILE).front_line() == (
-        "no speed-accuracy trade-off to show: strict N=3 is at least as fast and as accurate as every other setting")
-
-
 def test_tune_knows_which_settings_draft_without_a_model():
     from types import SimpleNamespace
 

@@ -74,8 +74,6 @@ class Recommendation:
     max_drift: float | None = None  # nats/token of verifier log-prob a relaxed setting may lose (None: not judged)
     scored: bool = True  # False: an open-ended task, judged on drift alone
     not_paying: tuple[ConfigSummary, ...] = ()  # relaxed settings faster than strict yet at most 1.0x: not "faster"
-    placed: tuple[ConfigSummary, ...] = ()  # every setting with a speed-up on the basis (what the front ranks)
-    primary: str | None = None  # the profile pricing speed (None: the wall clock)
 
     def _bounds_text(self) -> str:
         accuracy = f"lose at most {self.max_drop:g} accuracy points" if self.scored else ""
@@ -114,21 +112,6 @@ class Recommendation:
         that speculation does not pay here."""
         return self.lines()[:2]
 
-    def front_line(self) -> str:
-        """The Pareto front, named only where speed trades against quality: when every setting ties on speed (as
-        the table shows it) or one setting is ahead on both, there is no front to name, and the line says which."""
-        if not self.placed:
-            return "Pareto front: no setting has a speed-up to place on one"
-        speeds = {ratio_text(speed_of(s, self.primary)) for s in self.placed}
-        if len(speeds) == 1:
-            return NO_TRADE + _tied_on_speed(self.placed, speeds.pop(), self.primary, self.scored)
-        coordinates = {(speed_of(s, self.primary), _quality(s, self.scored)) for s in self.front}
-        if len(coordinates) == 1:
-            quality = "as accurate" if self.scored else "drifts as little"
-            return (NO_TRADE + f"{' and '.join(s.label for s in self.front)} "
-                    f"{'is' if len(self.front) == 1 else 'are'} at least as fast and {quality} as every other setting")
-        return "Pareto front: " + ", ".join(s.label for s in self.front)
-
     def _more_data(self, item: Unresolved) -> str:
         """How many problems would settle it (accuracy, then drift), bounded by what the task has."""
         parts = [self._more_for(item.problems_needed, item.summary.problems, self.max_drop, "--max-drop",
@@ -147,24 +130,6 @@ class Recommendation:
         more = max(needed - ran, 1)
         return (f"about {more} more problem{'s' * (more != 1)} ({needed} in all) would resolve {option} "
                 f"{bound:g} if the estimate holds")
-
-
-NO_TRADE = "no speed-accuracy trade-off to show: "
-
-
-def _tied_on_speed(placed: Sequence[ConfigSummary], speed: str, primary: str | None, scored: bool) -> str:
-    """Every setting at one speed: what still tells them apart (accuracy, or drift for an open-ended task)."""
-    basis = f"{speed} {priced_label(primary) if primary is not None else WALL_CLOCK}"
-    best = max(_quality(s, scored) for s in placed)
-    top = [s for s in placed if _quality(s, scored) == best]
-    if len(top) == len(placed):
-        scores = f" and scores {100 * top[0].accuracy:.1f}%" if scored else ""
-        return f"every setting runs at {basis}{scores}; nothing here tells them apart"
-    if scored:
-        return f"every setting runs at {basis}; by accuracy: " + ", ".join(
-            f"{s.label} ({100 * s.accuracy:.1f}%)" for s in top)
-    return f"every setting runs at {basis}; by drift: " + ", ".join(
-        f"{s.label} ({drift_text(s).removeprefix(', ') or 'the reference'})" for s in top)
 
 
 def _numbers(s: ConfigSummary) -> str:
@@ -276,8 +241,7 @@ def recommend(summaries: list[ConfigSummary], *, max_drop: float, profile: CostP
             slower += (f"; {_break_even(profile, best_strict).need()} (it reached "
                        f"{best_strict.mean_accepted_length:.2f}); {_keep_advice(profile, best_strict, model_free)}")
     return Recommendation(basis, best_strict, winners, unresolved, front, caveat, slower, max_drop, task_size,
-                          max_drift, scored, tuple(sorted(not_paying, key=lambda s: -speed_of(s, primary))),
-                          tuple(placed), primary)
+                          max_drift, scored, tuple(sorted(not_paying, key=lambda s: -speed_of(s, primary))))
 
 
 def _front(placed: Sequence[ConfigSummary], primary: str | None, scored: bool) -> list[ConfigSummary]:

@@ -79,9 +79,10 @@ def screen_settings(points: Sequence[GridPoint], recorded: Mapping[int, Sequence
     at its N (FLy at N = 1, the best strict N) is left out, saying so."""
     bar = min_gain * max(stage.best, 1.0)
     refused: dict[GridPoint, Screened] = {}
-    for point in (p for p in points if p.rule):
+    for point in points:
         try:
-            make(point.rule, point.knob, temperature=temperature).check_draft_max(point.draft_max)
+            if point.rule:
+                make(point.rule, point.knob, temperature=temperature).check_draft_max(point.draft_max)
         except BadValue as exc:
             refused[point] = Screened(point.label, False, f"cannot run at N={point.draft_max}: N {exc.problem}")
     runnable = [p for p in points if p not in refused]
