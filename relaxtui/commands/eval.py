@@ -301,9 +301,9 @@ def report_run(directory: str | Path | None, profile_specs: list[str], *, as_jso
             print(json.dumps({"race": race_json(race, rows)}))
         else:
             print(f"\nrace ({race.state.spent} generations):\n{render_race_table(rows, race.rules.criteria)}")
-            print("\n".join(decision_lines(rows, task_size=len(race.state.order), seconds_per_generation=None,
-                                           resume="run the same tune with a larger --budget",
-                                           max_drop=race.rules.max_drop)))
+            print("\n".join(wrapped(decision_lines(rows, task_size=len(race.state.order), seconds_per_generation=None,
+                                                   resume="run the same tune with a larger --budget",
+                                                   max_drop=race.rules.max_drop))))
     return 0
 
 

@@ -49,7 +49,7 @@ from relaxtui.evals.analysis.report import (
     write_reports,
 )
 from relaxtui.evals.analysis.tune import DEFAULT_MAX_DRIFT, recommend
-from relaxtui.evals.analysis.tune_advice import DrafterRace, TuneAdvice, advise, race_tables
+from relaxtui.evals.analysis.tune_advice import DrafterRace, TuneAdvice, advise, race_tables, wrapped
 from relaxtui.evals.run.plan import EvalPlan
 from relaxtui.evals.run.race_run import race_order
 from relaxtui.evals.tasks import Task, get
@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, previous)
     if carries is None:
         return 130
-    print("\n" + "\n".join(carries))
+    print("\n" + "\n".join(wrapped(carries)))
     return 0
 
 

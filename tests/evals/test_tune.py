@@ -164,6 +164,7 @@ def test_tiny_real_tune(capsys, tmp_path, test_model_path):
     assert main([*argv, "--no-screen", "--check", "aime25", "--limit", "3"]) == 0
     out = capsys.readouterr().out
     assert "carry over?" in out and "  - aime25: " in out
+    assert max(map(len, out.splitlines())) <= 120  # the check's lines wrap as the advice does (issue 45, item 9)
     # Found 3: a raced setting ran in later batches than the verifier alone: no wall-clock ratio against it
     # the speed block of the evidence table (a table wider than 120 columns comes in blocks, each led by the config)
     lines = out.splitlines()
