@@ -251,9 +251,9 @@ def tune_report(args: argparse.Namespace, task: Task, tuned: list[tuple[DrafterR
     lines = [title, render_table(summaries), "", render_drift_table(summaries)]
     if args.parallel > 1:
         lines.append(SHARED_BATCHES_NOTE.format(k=args.parallel))
-    lines += warnings(summaries)
-    lines.append("wall-clock speed-ups are shown for the strict stage's configs, run side by side with the verifier "
-                 "alone; a raced setting's speed is priced (its race pairs it with strict on the same problems)")
+    lines += wrapped([*warnings(summaries), "wall-clock speed-ups are shown for the strict stage's configs, run side "
+                      "by side with the verifier alone; a raced setting's speed is priced (its race pairs it with "
+                      "strict on the same problems)"])
     write_reports(out, summaries, title, profiles, SHARED_BATCHES_NOTE.format(k=args.parallel)
                   if args.parallel > 1 else None)
     strict_only = [s for s in summaries if s.rule in (None, "strict")]
