@@ -139,7 +139,9 @@ class SettingsPanel(Vertical):
         self.settings, self.drafters, self.verifier = settings, drafters, verifier
         self.query_one("#set-verifier", Label).update(verifier or "–")
         rule = self.query_one("#set-rule", Select)
-        rule.set_options(rule_options(settings.rule))
+        if settings.rule not in RULES:  # a second knob in its name: the list must hold it (quietly: a Changed from
+            with rule.prevent(Select.Changed):  # refilling would re-suggest the knob over the one shown below)
+                rule.set_options(rule_options(settings.rule))
         rule.value = settings.rule
         self._show_knob(settings.rule, "" if settings.knob is None else f"{settings.knob:g}")
         self.query_one("#set-relax-scope", Select).value = settings.relax_scope
