@@ -94,6 +94,12 @@ class RelaxApp(App[None]):
         self.last_metrics: Metrics | None = None
 
     @property
+    def closing(self) -> bool:
+        """Quit was asked, or textual is tearing the app down (a test's ``run_test`` ends, the terminal closes):
+        a worker's message that arrives then finds its widgets gone, so it is dropped."""
+        return self._quitting or not self.is_running
+
+    @property
     def conversation(self) -> list[Message]:
         """What the engine is sent: every turn so far, as chat workers."""
         return conversation(self.turns)
@@ -143,13 +149,13 @@ class RelaxApp(App[None]):
 
     @on(workers.Progress)
     def show_progress(self, message: workers.Progress) -> None:
-        if self._quitting:
+        if self.closing:
             return
         self.query_one(StatusLine).update(message.text)
 
     @on(workers.Loaded)
     def models_loaded(self, message: workers.Loaded) -> None:
-        if self._quitting:
+        if self.closing:
             return
         if message.cost is not None:
             self.query_one(StatsPanel).set_cost(message.cost)
@@ -179,7 +185,7 @@ class RelaxApp(App[None]):
     @on(workers.Measured)
     def measured(self, message: workers.Measured) -> None:
         self._measuring = False
-        if self._quitting:
+        if self.closing:
             return
         if message.cost is not None and self.query_one(StatsPanel).cost is not message.cost:
             self.query_one(StatsPanel).set_cost(message.cost)
@@ -205,7 +211,7 @@ class RelaxApp(App[None]):
 
     @on(workers.LoadFailed)
     def load_failed(self, message: workers.LoadFailed) -> None:
-        if self._quitting:
+        if self.closing:
             return
         self.resume = None  # a resumed chat's drafter that fails to load is not tried again
         self._show_loading(False)
@@ -252,7 +258,7 @@ class RelaxApp(App[None]):
     def _live(self, message: workers.GenerationStarted | workers.TokensReceived | workers.GenerationFinished
               | workers.GenerationFailed) -> bool:
         """Accept messages of the current reply only, and nothing once the app is closing."""
-        return not self._quitting and message.generation == self.generation
+        return not self.closing and message.generation == self.generation
 
     @on(workers.GenerationStarted)
     def generation_started(self, message: workers.GenerationStarted) -> None:

@@ -505,6 +505,25 @@ async def test_empty_chat_shows_dashes_not_measured_looking_numbers():
         assert "break-even" not in text
 
 
+async def test_a_worker_message_that_arrives_while_textual_tears_the_app_down_is_dropped():
+    """A background slice can finish after ``run_test`` (or the terminal) closes the app without ``action_quit``:
+    its widgets are gone by then, and querying them must not raise (CI once failed on exactly this race)."""
+    from relaxtui.tui import workers
+    from relaxtui.tui.engine import fake_costs
+
+    app = fake_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await wait_until(pilot, lambda: app.ready)
+        generation = app.generation
+    assert not app.is_running and not app.query(StatsPanel)  # torn down, and not through action_quit
+    app.measured(workers.Measured(fake_costs(0.01), priced=True, more=True))
+    app.show_progress(workers.Progress("timing this machine's round costs…"))
+    app.models_loaded(workers.Loaded(fake_costs(0.01), ["drafter.gguf"]))
+    app.generation_started(workers.GenerationStarted(generation, 3))
+    app.load_failed(workers.LoadFailed("gone"))
+    assert not app._measuring  # measured() still clears its flag, so nothing is queued after the app is gone
+
+
 def _stats_lines(cost, draft_lengths, accepted_per_round, tokens_per_s):
     from relaxtui.decoding.events import RoundTiming
 
