@@ -156,15 +156,29 @@ class Pair(Generic[V]):
     def __init__(self, verifier: V, drafting: DrafterOptions, openers: Openers, *, speculative: bool,
                  prices: Prices | None = None, close_verifier: Callable[[], None] = lambda: None,
                  verifier_path: Path | None = None, drafter_path: Path | None = None, name: str = "verifier",
-                 options: ModelOptions | None = None, max_scopes: int = DEFAULT_SCOPES) -> None:
+                 options: ModelOptions | None = None, max_scopes: int = DEFAULT_SCOPES,
+                 later: Callable[[], None] | None = None) -> None:
+        """``later``: what ``finish_loading`` does before it builds the drafter (a pair loaded with
+        ``load_pair(later=True)``: the verifier's warm-up); given, the drafter waits for ``finish_loading`` too."""
         self.verifier, self.drafting, self.openers = verifier, drafting, openers
         self.verifier_path, self.drafter_path, self.name, self.options = verifier_path, drafter_path, name, options
         self._prices, self._close_verifier = prices, close_verifier
         self.background = Background()
-        self.drafter: Drafter | None = self._make(drafting) if speculative else None
+        self._later = later
+        self._speculative = speculative
+        self.drafter: Drafter | None = self._make(drafting) if speculative and later is None else None
         self.kinds = KindDrafters(self.drafter, lambda kind: self._make(replace(drafting, kind=kind, model=None)),
                                   max_scopes)
         self._other: Drafter | None = None  # a drafter LM of another file (the chat's switch), one at a time
+
+    def finish_loading(self) -> None:
+        """What a pair loaded with ``later`` left undone (the verifier's warm-up, then the command line's drafter), on
+        the face's model thread, after it took input; nothing for a pair loaded whole."""
+        if self._later is not None:
+            self._later()
+            self._later = None
+            if self._speculative:
+                self.drafter = self.kinds.own = self._make(self.drafting)
 
     def _make(self, drafting: DrafterOptions) -> Drafter:
         """A drafter through the factory, priced by this pair where its kind's ``draft_cut`` says so."""
@@ -224,9 +238,11 @@ class Pair(Generic[V]):
         self._close_verifier()
 
 
-def load_pair(options: ModelOptions, *, max_scopes: int = DEFAULT_SCOPES) -> Pair[LlamaModel]:
+def load_pair(options: ModelOptions, *, max_scopes: int = DEFAULT_SCOPES, later: bool = False) -> Pair[LlamaModel]:
     """Resolve and load both models (the drafter through the one factory, with every option), checking their
-    vocabularies before anything runs."""
+    vocabularies before anything runs. ``later``: only what takes a prompt now (every file checked, the verifier
+    loaded unwarmed); ``Pair.finish_loading`` warms it and loads the drafter (chat: the message box takes input
+    meanwhile, and a message sent then waits on the model thread behind them)."""
     verifier_path = resolve_model(options.verifier)
     drafter_path = _drafter_path(options)
     check_parallel(options.parallel, [verifier_path, *([drafter_path] if drafter_path else [])], options.ctx_size,
@@ -238,14 +254,15 @@ def load_pair(options: ModelOptions, *, max_scopes: int = DEFAULT_SCOPES) -> Pai
     keep_hidden = {"mtp": True} if speculative and drafter_kind(options.draft_kind).needs_hidden_states else {}
     verifier = LlamaModel(verifier_path, n_ctx=options.ctx_size, n_threads=options.threads,
                           n_gpu_layers=_gpu_layers(options.gpu_layers), n_seq=options.parallel,
-                          rollback_depth=options.rollback_depth, **keep_hidden)
+                          rollback_depth=options.rollback_depth, **keep_hidden, **({"warmup": False} if later else {}))
     try:
         if speculative and options.rollback_depth > 0:
             verifier.require_rollback(options.rollback_depth)  # a hybrid model that cannot: one line, before decoding
         prices = VerifyPrices(verifier, verifier_path, threads=options.threads, gpu_layers=options.gpu_layers)
         return Pair(verifier, drafter_options(options, drafter_path), GGUF, speculative=speculative, prices=prices,
                     close_verifier=verifier.close, verifier_path=verifier_path, drafter_path=drafter_path,
-                    name=verifier_path.name, options=options, max_scopes=max_scopes)
+                    name=verifier_path.name, options=options, max_scopes=max_scopes,
+                    later=verifier.warm_up if later else None)
     except BaseException:
         verifier.close()
         raise

@@ -55,6 +55,7 @@ def main() -> None:
     reusing, fresh = LlamaChatEngine(options), LlamaChatEngine(options)
     for engine in (reusing, fresh):
         engine.load(lambda _: None)
+        engine.load_drafter(lambda _: None)
     settings = ChatSettings(drafter=options.drafter or "none", max_tokens=args.max_tokens, seed=1)
     conversation: list[Message] = []
     print(f"{'turn':>4} {'prompt':>7} {'decoded':>8} {'TTFT reuse':>11} {'decoded':>8} {'TTFT no reuse':>14}")

@@ -3,9 +3,10 @@
     .venv/bin/python scripts/start_times.py [--fake] [--runs 2]
 
 chat: a child process starts the app headless (Textual's ``run_test``) and prints the seconds from its own start to the
-moment the message box takes input. serve: ``relaxtui serve`` until its "listening on" line. A cold start uses a new
-cache folder; the warm one reuses it after the cold one's background measurements have ended (serve: its log says the
-prices and the profile are kept; chat: the child waits for them before it exits).
+moment the message box takes input (the verifier is loaded; the parent also says, on stderr, when the drafter has
+loaded: a message sent before that waits for it). serve: ``relaxtui serve`` until its "listening on" line. A cold start
+uses a new cache folder; the warm one reuses it after the cold one's background measurements have ended (serve: its log
+says the prices and the profile are kept; chat: the child waits for them before it exits).
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ def chat_child(fake: bool, started: float, settle: bool) -> None:
     async def run() -> None:
         app = RelaxApp(engine)
         async with app.run_test(size=(100, 32)) as pilot:
-            while not app.ready:
+            while not app.takes_input:
                 await pilot.pause(0.01)
             print(f"ready {time.time() - started:.2f}", flush=True)
+            while not app.ready:
+                await pilot.pause(0.01)
+            print(f"loaded {time.time() - started:.2f}", flush=True)
             while settle and engine.pair is not None and engine.pair.background.pending:
                 await pilot.pause(0.2)
             print(f"settled {time.time() - started:.2f}", flush=True)
@@ -51,7 +55,8 @@ def chat_start(fake: bool, cache: Path, settle: bool) -> tuple[float, float]:
     started = time.time()
     out = subprocess.run([PYTHON, __file__, "--chat-child", "fake" if fake else "embedded", str(started),
                           "settle" if settle else "-"], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
-    found = dict(line.split() for line in out.stdout.splitlines() if line.startswith(("ready", "settled")))
+    found = dict(line.split() for line in out.stdout.splitlines() if line.startswith(("ready", "loaded", "settled")))
+    print(f"  chat: takes input at {found['ready']} s, the drafter loaded at {found['loaded']} s", file=sys.stderr)
     return float(found["ready"]), float(found["settled"])
 
 

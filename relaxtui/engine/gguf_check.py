@@ -11,6 +11,7 @@ refused here: every rule holds for every model llama.cpp can run.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, overload
 
@@ -205,8 +206,24 @@ def check_loadable(model: GGUFHeader | str | Path) -> GGUFHeader:
     """Validate a GGUF (its header and tensor table, then the hyper-parameters llama.cpp asserts on) right
     before handing it to llama.cpp. Returns the header; raises one-line UserError naming the file."""
     header = model if isinstance(model, GGUFHeader) else read_header(model)
+    with _PASSED_LOCK:
+        if _PASSED.get(id(header)) is header:
+            return header
     try:
         _check(header)
     except _Refused as exc:
         raise UserError(f"not a loadable GGUF model ({exc}): {header.path}") from None
+    with _PASSED_LOCK:
+        _PASSED[id(header)] = header  # (held: its id cannot be reused while it is here)
+        while len(_PASSED) > MAX_PASSED:
+            del _PASSED[next(iter(_PASSED))]
     return header
+
+
+MAX_PASSED = 32
+# Headers that passed, by object: a face starting checks each model up to three times (the capacity check, the model
+# check, the load), and the vocabulary's duplicate scan re-reads 152k strings each time (a tenth of a second). Only
+# the same header object skips it, and ``read_header`` hands the same object back only while the file's identity
+# (device, inode, size, times) is unchanged, so a rewritten file is checked again.
+_PASSED: dict[int, GGUFHeader] = {}
+_PASSED_LOCK = threading.Lock()

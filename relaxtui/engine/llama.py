@@ -97,7 +97,8 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         decode one throwaway block as wide as the widest verify ``rollback_depth`` announces, at load
         (``_warm_up``), as llama.cpp's tools warm up; None: unless ``RELAXTUI_WARMUP=0`` (llama.cpp's
         ``--no-warmup``)."""
-        warm = envvars.flag("RELAXTUI_WARMUP", True) if warmup is None else warmup  # a bad value: before any load
+        warm_env = envvars.flag("RELAXTUI_WARMUP", True)  # a bad value: before any load
+        warm = warm_env if warmup is None else warmup
         self.path = Path(path)
         self.header = read_header(self.path)  # clear error for a missing or non-GGUF file
         if n_ctx < 16:
@@ -162,8 +163,18 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
         self._copied = 0  # whole logits rows and hidden rows copied out of llama.cpp (copied_bytes adds candidates)
         self.warmed_rows = 0  # the warm-up block's width: 0 when skipped or refused
+        # (a model loaded with warmup=False keeps the block it would warm with, for warm_up; none under
+        # RELAXTUI_WARMUP=0)
+        self._warm_rows = (min(max(WARMUP_MIN_ROWS, rollback_depth + 1), self._outputs_per_seq, self.n_ctx)
+                           if warm or warm_env else 0)
         if warm:
-            self._warm_up(min(max(WARMUP_MIN_ROWS, rollback_depth + 1), self._outputs_per_seq, self.n_ctx))
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """The load's warm-up block (``_warm_up``) now: for a model loaded with ``warmup=False`` by a face that takes
+        input first and warms on its model thread after (chat). Once; nothing under ``RELAXTUI_WARMUP=0``."""
+        if not self.warmed_rows and self._warm_rows:
+            self._warm_up(self._warm_rows)
 
     def _new_context(self, n_ctx: int, n_seq: int, n_batch: int, n_threads: int | None, n_rs_seq: int) -> int:
         threads = n_threads or default_threads()

@@ -82,7 +82,8 @@ class RelaxApp(App[None]):
         self.events: list[TokenEvent] = []  # every generated token of the conversation, in order
         self.selected: int | None = None
         self.generating = False
-        self.ready = False
+        self.ready = False  # every model loaded (a drafter switch clears it while it loads)
+        self.takes_input = False  # the message box takes input: the verifier is loaded (the drafter may still load)
         self.generation = 0  # the reply whose messages the UI accepts; bumped by send and new chat
         self._stop = threading.Event()  # the current reply's stop flag (each reply gets its own)
         self._reply_worker: Worker[None] | None = None  # textual Worker of the current reply
@@ -153,6 +154,20 @@ class RelaxApp(App[None]):
             return
         self.query_one(StatusLine).update(message.text)
 
+    @on(workers.Usable)
+    def verifier_loaded(self) -> None:
+        """The message box takes input while the drafter loads (a message sent now is answered once it is there).
+        Not for a resumed chat: it may switch to its own drafter first (``models_loaded``)."""
+        if self.closing or self.resume is not None:
+            return
+        self.takes_input = True
+        self._show_loading(False)
+        prompt = self.query_one("#prompt", Input)
+        prompt.disabled = False
+        prompt.placeholder = "message the verifier (enter to send)"
+        if not self.query_one(SettingsPanel).is_open:
+            prompt.focus()
+
     @on(workers.Loaded)
     def models_loaded(self, message: workers.Loaded) -> None:
         if self.closing:
@@ -162,13 +177,8 @@ class RelaxApp(App[None]):
         self.measure_in_background()
         if self._resume_models(message.drafters):
             return  # switching to the saved chat's drafter: another Loaded follows
+        self.verifier_loaded()
         self.ready = True
-        self._show_loading(False)
-        prompt = self.query_one("#prompt", Input)
-        prompt.disabled = False
-        prompt.placeholder = "message the verifier (enter to send)"
-        if not self.query_one(SettingsPanel).is_open:
-            prompt.focus()
         self.settings = replace(self.settings, drafter=self.engine.drafter_name)
         self.query_one(SettingsPanel).show_settings(self.settings, message.drafters,
                                                     self.engine.models()[0].file_name)
@@ -218,7 +228,7 @@ class RelaxApp(App[None]):
         self.query_one(StatusLine).update(f"not ready: {message.reason}")
         self.notify(message.reason, title="model load failed", severity="error", timeout=10)
         # a failed drafter switch leaves the loaded verifier usable; a failed first load leaves nothing
-        self.ready = hasattr(self.engine, "verifier")
+        self.ready = self.takes_input = hasattr(self.engine, "verifier")
         self.query_one("#prompt", Input).disabled = not self.ready
 
     def _show_loading(self, shown: bool) -> None:
@@ -235,7 +245,7 @@ class RelaxApp(App[None]):
     @on(Input.Submitted, "#prompt")
     def send(self, event: Input.Submitted) -> None:
         text = event.value.strip()
-        if not text or not self.ready:
+        if not text or not self.takes_input:
             return
         if self.generating:
             self.notify("still generating: press escape to stop first", severity="warning")
@@ -384,7 +394,7 @@ class RelaxApp(App[None]):
                         exclusive=True, exit_on_error=False, group="models")
 
     def _loading_models(self) -> None:
-        self.ready = False
+        self.ready = self.takes_input = False
         self.query_one("#prompt", Input).disabled = True
         self._show_loading(True)
 

@@ -183,8 +183,13 @@ class ChatEngine:
         return (self.drafter is not None and self.drafter.traits.cut is not None and self.pair is not None
                 and self.pair.prices() is not None)
 
-    def load(self, progress: Callable[[str], None]) -> LoopCosts | None:
-        """Load the pair and start what it measures in the background; the round costs when already known."""
+    def load(self, progress: Callable[[str], None]) -> None:
+        """Load what takes a message: the verifier (the app's message box takes input once this returns)."""
+        raise NotImplementedError
+
+    def load_drafter(self, progress: Callable[[str], None]) -> LoopCosts | None:
+        """The rest, on the same model thread (a message sent meanwhile waits behind it): the verifier's warm-up, the
+        drafter, and what the pair measures in the background queued; the round costs when already known."""
         raise NotImplementedError
 
     def check_scope(self, scope: str) -> None:
@@ -279,19 +284,34 @@ class LlamaChatEngine(ChatEngine):
         self.started = drafter_choice(options.draft_kind, options.drafter)  # the command line's, always offered
         self.drafter_name = self.started
         self.verifier_name = options.verifier
+        self._loaded = False  # load_drafter ran: the pair is whole and its measurements are queued
 
-    def load(self, progress: Callable[[str], None]) -> LoopCosts | None:
-        """Load the pair (once: an app started on an engine that is already loaded reuses its models); what it
-        measures starts in the background."""
+    def load(self, progress: Callable[[str], None]) -> None:
+        """Check both files and load the verifier (once: an app started on an engine that is already loaded reuses
+        its models)."""
         from relaxtui.session import chat_template, load_pair
 
         if self.pair is None:
-            progress(f"loading {self.options.verifier} and {self.options.drafter or 'no drafter'}…")
-            self.pair = load_pair(self.options)
+            progress(f"loading {self.options.verifier}…")
+            self.pair = load_pair(self.options, later=True)
             self.verifier = self.pair.verifier
-            self.drafter = self.pair.drafter
             self.template = chat_template(self.pair.verifier)
             self.supports_thinking = self.template.supports_thinking
+
+    def load_drafter(self, progress: Callable[[str], None]) -> LoopCosts | None:
+        """Warm the verifier and load the drafter (``Pair.finish_loading``); what the pair measures starts in the
+        background (once)."""
+        assert self.pair is not None
+        if not self._loaded:
+            if self.options.drafter is not None:
+                progress(f"loading drafter {self.options.drafter}…")
+            try:
+                self.pair.finish_loading()
+            except BaseException:
+                self.drafter_name = NO_DRAFTER  # the verifier alone answers; the panel can pick another drafter
+                raise
+            self.drafter = self.pair.drafter
+            self._loaded = True
             self.pair.background.log = progress
             self.pair.start_pricing(progress)
             self._measure_in_background(progress)
@@ -327,12 +347,13 @@ class FakeChatEngine(ChatEngine):
     def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096,
                  gate: threading.Event | None = None, gate_after: int = 0, drafter: str = FAKE_DRAFTER,
                  drafting: DrafterOptions | None = None, prices: Sequence[float] | None = None,
-                 prices_gate: threading.Event | None = None) -> None:
+                 prices_gate: threading.Event | None = None, drafter_gate: threading.Event | None = None) -> None:
         """``delay_s`` slows every verifier step; ``gate`` holds the verifier's ``gate_after``-th step until it is
         set, so a test can act "during a reply" without racing the machine's speed; ``drafter``: the choice it
         starts with (the fake drafter LM, a standalone kind, or none); ``drafting``: the command line's drafter
         settings (n-gram sizes, suffix's), which every kind it builds gets; ``prices``: stand-in verify prices, known
-        once ``prices_gate`` is set (a measurement in the background that has not ended)."""
+        once ``prices_gate`` is set (a measurement in the background that has not ended); ``drafter_gate`` holds
+        ``load_drafter`` until it is set."""
         from relaxtui.session import fake_pair
 
         self.pair = fake_pair(seed=seed, n_ctx=n_ctx, delay_s=delay_s, gate=gate, gate_after=gate_after,
@@ -342,10 +363,16 @@ class FakeChatEngine(ChatEngine):
         self.step_s = step_s
         self.lock = threading.Lock()
         self.costs = fake_costs(step_s)  # the same step the fake rounds report, so measured and model agree
+        self.drafter_gate = drafter_gate
         self.set_drafter(drafter, lambda text: None)
 
-    def load(self, progress: Callable[[str], None]) -> LoopCosts | None:
+    def load(self, progress: Callable[[str], None]) -> None:
         progress("loading fake models…")
+
+    def load_drafter(self, progress: Callable[[str], None]) -> LoopCosts | None:
+        """``drafter_gate``, when given, holds this until it is set (a test acts while the drafter "loads")."""
+        if self.drafter_gate is not None:
+            self.drafter_gate.wait(timeout=120)  # never hang a test run forever
         if self.pair is not None:
             self.pair.start_pricing(progress)
         return self.costs

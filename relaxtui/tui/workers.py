@@ -41,6 +41,11 @@ class Measured(Message):
 
 
 @dataclass
+class Usable(Message):
+    """The verifier is loaded: the message box takes input while the drafter loads (``Loaded`` follows)."""
+
+
+@dataclass
 class LoadFailed(Message):
     reason: str
 
@@ -83,10 +88,14 @@ def _progress(post: Post) -> Callable[[str], None]:
 
 
 def load_models(engine: ChatEngine, post: Post) -> None:
-    """Load the pair and time this machine, then list the drafters that fit the verifier."""
+    """Load the verifier (then the message box takes input: ``Usable``), then the drafter, and list the drafters that
+    fit the verifier. A message sent in between waits behind the drafter on this one model thread."""
     try:
         with engine.lock:
-            cost = engine.load(_progress(post))
+            engine.load(_progress(post))
+        post(Usable())
+        with engine.lock:
+            cost = engine.load_drafter(_progress(post))
             drafters = engine.drafter_choices()
     except UserError as exc:
         post(LoadFailed(str(exc)))

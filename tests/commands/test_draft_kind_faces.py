@@ -396,7 +396,10 @@ def test_the_llama_chat_engine_measures_verify_prices_in_the_background_and_neve
     engine = LlamaChatEngine(ModelOptions(str(tiny.dense), DEFAULT_DRAFTER, draft_kind="ngram-cache", ctx_size=256,
                                           threads=1))  # a kind that opens no file: --drafter is not read
     said: list[str] = []
-    assert engine.load(said.append) is None  # the round costs come later too
+    engine.load(said.append)
+    assert engine.drafter is None and engine.verifier.warmed_rows == 0  # what takes a message, no more
+    assert engine.load_drafter(said.append) is None  # the round costs come later too
+    assert engine.verifier.warmed_rows > 0
     assert sum("verify costs" in line for line in said) == 1 and engine.pair.prices() is None, said
     assert engine.drafter.traits.cut == "priced" and not engine.priced
     while engine.background_step():

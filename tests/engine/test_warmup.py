@@ -57,3 +57,22 @@ def test_relaxtui_warmup_0_skips_it_and_a_bad_value_is_one_line_before_anything_
     monkeypatch.setenv("RELAXTUI_WARMUP", "yes")
     with pytest.raises(UserError, match="^RELAXTUI_WARMUP must be 0 or 1, not yes$"):
         LlamaModel(tmp_path / "absent.gguf")  # the variable is read first: not "no such file"
+
+
+def test_a_model_loaded_unwarmed_warms_later_with_the_same_block_once_and_not_under_relaxtui_warmup_0(
+        monkeypatch, test_model_path):
+    """chat loads its verifier unwarmed (its message box takes input sooner) and warms it on the model thread next:
+    the block it would have warmed at load, once, leaving nothing behind."""
+    with LlamaModel(test_model_path, n_ctx=256, warmup=False, rollback_depth=8) as later, \
+            LlamaModel(test_model_path, n_ctx=256, warmup=True, rollback_depth=8) as warm:
+        assert later.warmed_rows == 0
+        later.warm_up()
+        assert later.warmed_rows == warm.warmed_rows == 9
+        later.warm_up()  # once: a second call decodes nothing
+        assert list(later.tokens_of(0)) == [] and later.decode_seconds == 0
+        prompt = [(5 * i + 1) % later.n_vocab for i in range(10)]
+        assert np.array_equal(later.decode(0, prompt, range(len(prompt))), warm.decode(0, prompt, range(len(prompt))))
+    monkeypatch.setenv("RELAXTUI_WARMUP", "0")
+    with LlamaModel(test_model_path, n_ctx=64, warmup=False) as model:
+        model.warm_up()
+        assert model.warmed_rows == 0

@@ -777,6 +777,25 @@ def test_a_bad_resume_file_is_one_line_and_exit_2_before_the_screen(tmp_path, ca
         assert message in err and "Traceback" not in err, (path, err)
 
 
+async def test_the_chat_takes_a_message_while_its_drafter_loads_and_answers_it_with_the_drafter_once_loaded():
+    """The message box takes input once the verifier is loaded; the drafter loads next on the same model thread, so a
+    message sent meanwhile is answered after it, speculatively (the gate holds the drafter's load)."""
+    gate = threading.Event()
+    engine = FakeChatEngine(drafter_gate=gate)
+    app = RelaxApp(engine, ChatSettings(max_tokens=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.takes_input)
+        assert not app.ready and not app.query_one("#prompt", Input).disabled
+        await pilot.click("#prompt")
+        await pilot.press(*"hello", "enter")
+        await pilot.pause(0.2)
+        assert app.generating and not app.events and not gate.is_set()  # queued behind the drafter's load
+        gate.set()
+        await wait_until(pilot, lambda: app.last_metrics is not None and not app.generating)
+        assert app.ready and app.last_metrics.output_tokens > 0
+        assert any(event.verdict is Verdict.ACCEPTED for event in app.events)  # drafted, so the drafter ran
+
+
 async def test_the_chat_answers_before_its_prices_are_measured_and_says_when_they_arrive():
     """chat takes its first message at once: the verify prices are measured in the background, a slice per worker on
     the model thread between replies; a reply meanwhile runs with its drafts whole (the measurement here does not end
