@@ -115,6 +115,7 @@ async def run_passes(engine: LlamaChatEngine, settings: ChatSettings,
     rows = []
     try:
         await loop.run_in_executor(model_thread, engine.load, lambda _: None)
+        await loop.run_in_executor(model_thread, engine.load_drafter, lambda _: None)
         await loop.run_in_executor(model_thread, headless, engine, settings)  # warm-up
         for index in range(args.passes):  # alternate which runs first: the second of two runs tends to be slower
             if index % 2 == 0:

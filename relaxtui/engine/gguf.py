@@ -210,13 +210,13 @@ class _Cursor:
         out: list[bytes] = []
         unpack, size = _U64.unpack_from, self.size
         buf, start, pos = self.buf, self.start, self.pos
-        end = start + len(buf)
+        end = start + min(len(buf), size - start)  # (never past the size it had when opened)
         for _ in range(count):
             if pos < start or pos + 8 > end:
                 self.pos = pos
                 self._window(8, what)
                 buf, start = self.buf, self.start
-                end = start + len(buf)
+                end = start + min(len(buf), size - start)
             n = unpack(buf, pos - start)[0]
             pos += 8
             if n > MAX_STRING or n > size - pos:
@@ -226,7 +226,7 @@ class _Cursor:
                     self.pos = pos
                     self._window(n, what)
                     buf, start = self.buf, self.start
-                    end = start + len(buf)
+                    end = start + min(len(buf), size - start)
                 out.append(buf[pos - start:pos - start + n])
             pos += n
         self.pos = pos

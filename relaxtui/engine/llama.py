@@ -163,6 +163,7 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         self.decode_seconds = 0.0  # time spent inside llama_decode, for the Python-overhead share
         self._copied = 0  # whole logits rows and hidden rows copied out of llama.cpp (copied_bytes adds candidates)
         self.warmed_rows = 0  # the warm-up block's width: 0 when skipped or refused
+        self._warm_tried = False
         # (a model loaded with warmup=False keeps the block it would warm with, for warm_up; none under
         # RELAXTUI_WARMUP=0)
         self._warm_rows = (min(max(WARMUP_MIN_ROWS, rollback_depth + 1), self._outputs_per_seq, self.n_ctx)
@@ -173,7 +174,8 @@ class LlamaModel(SequenceMemory, BatchDecoding):
     def warm_up(self) -> None:
         """The load's warm-up block (``_warm_up``) now: for a model loaded with ``warmup=False`` by a face that takes
         input first and warms on its model thread after (chat). Once; nothing under ``RELAXTUI_WARMUP=0``."""
-        if not self.warmed_rows and self._warm_rows:
+        if not self._warm_tried and self._warm_rows:
+            self._warm_tried = True  # (a refused block is not tried again: a later one would clear a live cache)
             self._warm_up(self._warm_rows)
 
     def _new_context(self, n_ctx: int, n_seq: int, n_batch: int, n_threads: int | None, n_rs_seq: int) -> int:

@@ -24,6 +24,7 @@ from relaxtui.decoding.sampling import SamplingParams
 from relaxtui.decoding.thinking import check_scope_on
 from relaxtui.engine.api import Model
 from relaxtui.engine.fake import FAKE_WORDS
+from relaxtui.errors import UserError
 from relaxtui.options import (
     DRAFT_KIND,
     MAX_TOKENS,
@@ -303,18 +304,18 @@ class LlamaChatEngine(ChatEngine):
         background (once)."""
         assert self.pair is not None
         if not self._loaded:
-            if self.options.drafter is not None:
-                progress(f"loading drafter {self.options.drafter}…")
-            try:
-                self.pair.finish_loading()
-            except BaseException:
-                self.drafter_name = NO_DRAFTER  # the verifier alone answers; the panel can pick another drafter
-                raise
-            self.drafter = self.pair.drafter
             self._loaded = True
             self.pair.background.log = progress
-            self.pair.start_pricing(progress)
-            self._measure_in_background(progress)
+            if self.started != NO_DRAFTER:
+                progress(f"loading drafter {self.started}…")
+            try:
+                self.pair.finish_loading()
+            finally:  # a drafter that fails leaves the verifier alone, measured as any chat (the panel offers others)
+                self.drafter = self.pair.drafter
+                if self.drafter is None:
+                    self.drafter_name = NO_DRAFTER
+                self.pair.start_pricing(progress)
+                self._measure_in_background(progress)
         return self.costs
 
     def drafter_choices(self) -> list[str]:
@@ -347,13 +348,14 @@ class FakeChatEngine(ChatEngine):
     def __init__(self, seed: int = 7, step_s: float = 0.01, delay_s: float = 0.0, n_ctx: int = 4096,
                  gate: threading.Event | None = None, gate_after: int = 0, drafter: str = FAKE_DRAFTER,
                  drafting: DrafterOptions | None = None, prices: Sequence[float] | None = None,
-                 prices_gate: threading.Event | None = None, drafter_gate: threading.Event | None = None) -> None:
+                 prices_gate: threading.Event | None = None, drafter_gate: threading.Event | None = None,
+                 drafter_error: str | None = None) -> None:
         """``delay_s`` slows every verifier step; ``gate`` holds the verifier's ``gate_after``-th step until it is
         set, so a test can act "during a reply" without racing the machine's speed; ``drafter``: the choice it
         starts with (the fake drafter LM, a standalone kind, or none); ``drafting``: the command line's drafter
         settings (n-gram sizes, suffix's), which every kind it builds gets; ``prices``: stand-in verify prices, known
         once ``prices_gate`` is set (a measurement in the background that has not ended); ``drafter_gate`` holds
-        ``load_drafter`` until it is set."""
+        ``load_drafter`` until it is set, and ``drafter_error`` makes it fail so (the verifier alone stays)."""
         from relaxtui.session import fake_pair
 
         self.pair = fake_pair(seed=seed, n_ctx=n_ctx, delay_s=delay_s, gate=gate, gate_after=gate_after,
@@ -363,7 +365,7 @@ class FakeChatEngine(ChatEngine):
         self.step_s = step_s
         self.lock = threading.Lock()
         self.costs = fake_costs(step_s)  # the same step the fake rounds report, so measured and model agree
-        self.drafter_gate = drafter_gate
+        self.drafter_gate, self.drafter_error = drafter_gate, drafter_error
         self.set_drafter(drafter, lambda text: None)
 
     def load(self, progress: Callable[[str], None]) -> None:
@@ -375,6 +377,9 @@ class FakeChatEngine(ChatEngine):
             self.drafter_gate.wait(timeout=120)  # never hang a test run forever
         if self.pair is not None:
             self.pair.start_pricing(progress)
+        if self.drafter_error is not None:
+            self.drafter, self.drafter_name = None, NO_DRAFTER
+            raise UserError(self.drafter_error)
         return self.costs
 
     def drafter_choices(self) -> list[str]:

@@ -89,21 +89,34 @@ def _progress(post: Post) -> Callable[[str], None]:
 
 def load_models(engine: ChatEngine, post: Post) -> None:
     """Load the verifier (then the message box takes input: ``Usable``), then the drafter, and list the drafters that
-    fit the verifier. A message sent in between waits behind the drafter on this one model thread."""
+    fit the verifier. A message sent in between waits behind the drafter on this one model thread. A drafter that
+    fails leaves the verifier alone answering: the failure is said, and the chat is set up as loaded without one."""
+    failed = _attempt(engine, engine.load, post)
+    if failed is not None:
+        post(LoadFailed(failed))
+        return
+    post(Usable())
+    failed = _attempt(engine, engine.load_drafter, post)
+    if failed is not None:
+        post(LoadFailed(failed))
     try:
         with engine.lock:
-            engine.load(_progress(post))
-        post(Usable())
-        with engine.lock:
-            cost = engine.load_drafter(_progress(post))
             drafters = engine.drafter_choices()
+    except Exception:  # noqa: BLE001 - a model folder that cannot be listed: the choice in use is still offered
+        drafters = [engine.drafter_name]
+    post(Loaded(engine.costs, drafters))
+
+
+def _attempt(engine: ChatEngine, action: Callable[[Callable[[str], None]], object], post: Post) -> str | None:
+    """``action(progress)`` under the engine's lock; None, or why it failed, in one line."""
+    try:
+        with engine.lock:
+            action(_progress(post))
     except UserError as exc:
-        post(LoadFailed(str(exc)))
-        return
+        return str(exc)
     except Exception as exc:  # a model that llama.cpp rejects must not kill the app
-        post(LoadFailed(f"model load failed: {exc}"))
-        return
-    post(Loaded(cost, drafters))
+        return f"model load failed: {exc}"
+    return None
 
 
 def background_step(engine: ChatEngine, post: Post) -> None:

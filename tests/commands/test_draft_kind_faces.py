@@ -393,6 +393,7 @@ def test_the_llama_chat_engine_measures_verify_prices_in_the_background_and_neve
     from relaxtui.tui.engine import LlamaChatEngine
 
     monkeypatch.setenv("RELAXTUI_CACHE", str(tmp_path))
+    monkeypatch.delenv("RELAXTUI_WARMUP", raising=False)
     engine = LlamaChatEngine(ModelOptions(str(tiny.dense), DEFAULT_DRAFTER, draft_kind="ngram-cache", ctx_size=256,
                                           threads=1))  # a kind that opens no file: --drafter is not read
     said: list[str] = []

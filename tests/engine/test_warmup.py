@@ -63,12 +63,16 @@ def test_a_model_loaded_unwarmed_warms_later_with_the_same_block_once_and_not_un
         monkeypatch, test_model_path):
     """chat loads its verifier unwarmed (its message box takes input sooner) and warms it on the model thread next:
     the block it would have warmed at load, once, leaving nothing behind."""
+    monkeypatch.delenv("RELAXTUI_WARMUP", raising=False)
     with LlamaModel(test_model_path, n_ctx=256, warmup=False, rollback_depth=8) as later, \
             LlamaModel(test_model_path, n_ctx=256, warmup=True, rollback_depth=8) as warm:
         assert later.warmed_rows == 0
+        blocks: list[int] = []
+        real = later._warm_up
+        monkeypatch.setattr(later, "_warm_up", lambda rows: (blocks.append(rows), real(rows)))
         later.warm_up()
-        assert later.warmed_rows == warm.warmed_rows == 9
         later.warm_up()  # once: a second call decodes nothing
+        assert blocks == [9] and later.warmed_rows == warm.warmed_rows == 9
         assert list(later.tokens_of(0)) == [] and later.decode_seconds == 0
         prompt = [(5 * i + 1) % later.n_vocab for i in range(10)]
         assert np.array_equal(later.decode(0, prompt, range(len(prompt))), warm.decode(0, prompt, range(len(prompt))))
