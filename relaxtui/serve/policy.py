@@ -89,12 +89,24 @@ class Policy:
         """What ``/v1/models`` says of the policy (clients learn what they may ask for)."""
         rules: dict[str, Any] | None = None
         if self.rules is not None:
-            rules = {name: {"most_relaxed": limit, "orientation": _orientation(name)} if limit is not None else {}
+            rules = {name: self._limits(name, limit)
                      for name, limit in {**dict.fromkeys(ALWAYS_ALLOWED_RULES), **self.rules}.items()}
         return {"rules": rules, "draft_kinds": list(self.draft_kinds) if self.draft_kinds is not None else None,
                 "verdicts": self.verdicts,
                 "learning": "shared" if self.share_learning or not keyed else "per key (and user)",
                 "learning_scopes": self.max_scopes}
+
+
+    def _limits(self, name: str, limit: float | None) -> dict[str, Any]:
+        """One allowed rule's card: its most relaxed knob and which way relaxes, and where a second knob is held
+        (``check_rule``: at the operator's value, else the rule's default; None: the rule works its default out)."""
+        if limit is None:
+            return {}
+        card: dict[str, Any] = {"most_relaxed": limit, "orientation": _orientation(name)}
+        cls = rule_class(name)
+        if cls.knob2_name is not None:
+            card["second_knob"] = {"name": cls.knob2_name, "held_at": self.second_knobs.get(name, cls.knob2_default)}
+        return card
 
 
 def within(rule: Rule, limit: float) -> bool:

@@ -186,7 +186,8 @@ def test_a_second_knob_cannot_relax_past_the_policy():
 
 
 def test_verdicts_off_removes_acceptance_counts_everywhere_and_models_says_the_policy():
-    policy = Policy(parse_allow_rules("cactus:1")[0], verdicts=False)
+    limits, seconds = parse_allow_rules("cactus:1,topk-delta:0.2:5,fly:0.5")
+    policy = Policy(limits, verdicts=False, second_knobs=seconds)
     with running(keys=KEYS, policy=policy) as (url, _):
         api = client(url, "key-a")
         reply = api.completions.create(model="x", prompt=[1, 2, 3], max_tokens=8)
@@ -198,6 +199,9 @@ def test_verdicts_off_removes_acceptance_counts_everywhere_and_models_says_the_p
         card = api.models.list().data[0].model_extra["meta"]["policy"]
         assert card["verdicts"] is False and card["learning"] == "per key (and user)"
         assert card["rules"]["cactus"] == {"most_relaxed": 1.0, "orientation": "bigger relaxes"}
+        # a second knob is held where the rule is limited: at the operator's value, else the rule's default
+        assert card["rules"]["topk-delta"]["second_knob"] == {"name": "k", "held_at": 5.0}
+        assert card["rules"]["fly"]["second_knob"] == {"name": "W", "held_at": None}
         assert card["rules"]["strict"] == {} and card["draft_kinds"] is None
 
 
