@@ -77,7 +77,7 @@ def serve_start(fake: bool, cache: Path, settle: bool) -> tuple[float, float]:
                 ready = time.monotonic() - started
         settled = ready
         if settle and not fake:
-            want = {"verify prices measured", "kept in"}
+            want = {"verify prices measured", "pricing responses with this machine's profile"}  # (kept or not)
             while want:
                 line = process.stderr.readline()
                 if not line:
