@@ -96,7 +96,6 @@ class Policy:
                 "learning": "shared" if self.share_learning or not keyed else "per key (and user)",
                 "learning_scopes": self.max_scopes}
 
-
     def _limits(self, name: str, limit: float | None) -> dict[str, Any]:
         """One allowed rule's card: its most relaxed knob and which way relaxes, and where a second knob is held
         (``check_rule``: at the operator's value, else the rule's default; None: the rule works its default out)."""
