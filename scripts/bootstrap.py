@@ -209,6 +209,8 @@ def main() -> None:
     if opts.llama_only:
         return
     ensure_package(opts.extras)
+    # the draft chain (relaxtui/engine/draft_chain.c): a model drafter's draft in one call; optional, says why not
+    run([str(venv_python()), "-m", "relaxtui.engine.native"])
     if opts.models != "none":
         run([str(VENV / "bin" / "relaxtui"), "models", "install-default", "--set", opts.models])
 

@@ -15,7 +15,7 @@ from relaxtui.decoding.draft_steps import drafter_rows, draw_uniforms, fit_vocab
 from relaxtui.decoding.drafting import BaseDrafter, Draft, DrafterTraits, DraftRequest, Extension
 from relaxtui.decoding.prefill import ReusePolicy, common_prefix, copy_cached_prompt, prefill
 from relaxtui.decoding.sampling import Candidates, SamplingParams, process
-from relaxtui.engine.api import Model, Row, as_row
+from relaxtui.engine.api import ChainSampling, Model, Row, as_row
 
 
 class ModelDrafter(BaseDrafter):
@@ -92,6 +92,10 @@ class ModelDrafter(BaseDrafter):
                 blocks.append(self._resync(request.seq, request.context))
                 self._rows(request)
         saved = self._saved(seqs)
+        if len(live) == 1:  # one request: its whole draft in one engine call where the engine can
+            chained = self._chain(requests[live[0]], blocks[0], limits[live[0]], uniforms[live[0]])
+            if chained is not None:
+                made[live[0]], live = chained, []
         rows = self.model.decode_rows(seqs, blocks, last=True) if live else []
         while live:
             following, seqs, blocks = [], [], []
@@ -120,6 +124,28 @@ class ModelDrafter(BaseDrafter):
             self._drafted[request.seq] = (request.context, len(request.context), tuple(tokens))
             drafts.append(make_draft(tokens, probs, raw, self.target_vocab, seconds))
         return drafts
+
+    def _chain(self, request: DraftRequest, block: list[int], limit: int,
+               drawn: list[float] | None) -> tuple[list[int], list[Candidates | None], list[Row | np.ndarray]] | None:
+        """One request's whole draft in one engine call where the engine can (``Model.decode_chain``: the same tokens,
+        q and rows as the steps in ``draft``, without a Python step between the decodes, where each costs ~0.15 ms
+        on a CPU whose caches the weights have just flushed); None: the steps."""
+        if not self._same_vocab:
+            return None
+        sampling = request.sampling
+        chain = self.model.decode_chain(request.seq, block, limit, ChainSampling(
+            sampling.temperature, sampling.top_k, sampling.top_p, drawn or ()))
+        if chain is None:
+            return None
+        tokens, raw = chain.tokens, list[Row | np.ndarray](chain.rows)
+        probs = [None if kept is None else Candidates(*kept) for kept in chain.kept]
+        if chain.stopped is not None:  # a row it would not pick from (a mass that is not finite): the step says why
+            step = propose(chain.stopped, sampling, request.rng, self.p_min, drawn[len(tokens)] if drawn else None)
+            if step is not None:  # (it picked after all: the draft ends with it)
+                tokens.append(step[0])
+                probs.append(step[1])
+                raw.append(chain.stopped)
+        return tokens, probs, raw
 
     def _rows(self, request: DraftRequest) -> None:
         """Candidate rows from the engine for this request's sequence where they suffice (whole rows otherwise)."""

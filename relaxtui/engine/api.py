@@ -34,8 +34,8 @@ from relaxtui.engine.rows import (
 )
 from relaxtui.engine.thinking import Thinking, ThinkTags
 
-__all__ = ["MAX_DRAFT", "DraftHead", "Model", "Row", "RowSpec", "Rows", "SeqDecode", "ThinkTags", "Thinking",
-           "TopLogits", "WholeRow",
+__all__ = ["MAX_DRAFT", "ChainSampling", "DraftChain", "DraftHead", "Model", "Row", "RowSpec", "Rows", "SeqDecode",
+           "ThinkTags", "Thinking", "TopLogits", "WholeRow",
            "WholeRows", "as_array", "as_plain", "as_row", "as_rows", "position", "row_order",
            "rows_through_decode_many", "softmax", "top_of"]
 
@@ -48,6 +48,31 @@ class SeqDecode:
     seq: int
     tokens: Sequence[int]
     logits_rows: Sequence[int] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSampling:
+    """How ``Model.decode_chain`` picks each draft token: greedy at temperature 0 (a row's one candidate, its argmax),
+    else temperature, then top-k, then top-p on the row's candidates, drawn with ``uniforms[step]`` (as the Python
+    step draws: ``decoding.sampling``)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    uniforms: Sequence[float] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DraftChain:
+    """What ``Model.decode_chain`` drafted: each step's token, its row's raw candidates, and (sampled) the kept
+    distribution it drew from, as ascending ids and their probabilities. ``stopped`` is the row of a step the chain
+    left to the caller's Python step (a mass that is not finite: the Python step says why), None when it drafted
+    every step asked."""
+
+    tokens: list[int]
+    rows: list[TopLogits]
+    kept: list[tuple[list[int], list[float]] | None]
+    stopped: TopLogits | None = None
 
 
 def row_order(n_tokens: int, logits_rows: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -86,6 +111,8 @@ class Model(Protocol):
     def checkpoint(self, seq: int) -> object: ...  # seq's state, for a rollback deeper than the snapshots
     def restore(self, checkpoint: object) -> None: ...  # back to it (then decode the kept tokens again)
     def set_candidates(self, seq: int, spec: RowSpec | None) -> bool: ...  # False: whole rows stay
+    def decode_chain(self, seq: int, block: Sequence[int], n: int,
+                     sampling: ChainSampling) -> DraftChain | None: ...  # a whole draft in one call; None: cannot
     def is_eog(self, token: int) -> bool: ...
     def token_piece(self, token: int, *, special: bool = False) -> bytes: ...
     @property

@@ -8,10 +8,21 @@ tests; it sits beside it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 
-from relaxtui.engine.api import Rows, RowSpec, SeqDecode, rows_through_decode_many, top_of
+from relaxtui.engine import chain
+from relaxtui.engine.api import (
+    ChainSampling,
+    DraftChain,
+    Rows,
+    RowSpec,
+    SeqDecode,
+    TopLogits,
+    rows_through_decode_many,
+    top_of,
+)
 from relaxtui.engine.thinking import Thinking, find_thinking
 from relaxtui.errors import ContextFull
 
@@ -108,6 +119,27 @@ class FakeBackend:
             return spec is None
         self.candidates[seq] = spec
         return True
+
+    def decode_chain(self, seq: int, block: Sequence[int], n: int, sampling: ChainSampling) -> DraftChain | None:
+        """The engine's chain on the fake: each step decoded here, picked by the same C step as llama.cpp's chain
+        (``engine.chain.pick``); None where that does not apply, as there."""
+        spec = self.candidates.get(seq)
+        if self.n_seq != 1 or not block or not chain.chains(spec, sampling, n):
+            return None
+        tokens: list[int] = []
+        rows: list[TopLogits] = []
+        kept: list[tuple[list[int], list[float]] | None] = []
+        row = cast(TopLogits, self.decode_rows([seq], [block], last=True)[0][0])  # (candidate rows: ``chains``)
+        while True:
+            step = chain.pick(row, sampling, len(tokens))
+            if step is None:
+                return DraftChain(tokens, rows, kept, row)
+            tokens.append(step[0])
+            rows.append(row)
+            kept.append(step[1])
+            if len(tokens) == n:
+                return DraftChain(tokens, rows, kept)
+            row = cast(TopLogits, self.decode_rows([seq], [[step[0]]], last=True)[0][0])
 
     def rollback(self, seq: int, position: int) -> None:
         del self.caches[seq][position:]

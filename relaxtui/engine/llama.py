@@ -26,9 +26,11 @@ import numpy as np
 
 from relaxtui import envvars
 from relaxtui.checks import BadValue
+from relaxtui.engine import native
 from relaxtui.engine.api import MAX_DRAFT, Rows, RowSpec, SeqDecode
 from relaxtui.engine.batching import BatchDecoding
 from relaxtui.engine.candidates import CandidateSamplers
+from relaxtui.engine.chain import ChainDecoding
 from relaxtui.engine.gguf import read_header
 from relaxtui.engine.memory import DEFAULT_ROLLBACK_DEPTH, SequenceMemory, Snapshots
 from relaxtui.engine.thinking import Thinking, find_thinking
@@ -83,9 +85,9 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-class LlamaModel(SequenceMemory, BatchDecoding):
-    """One GGUF model with one context: tokenise, decode a batch with chosen logits rows, roll back.
-    ``n_ctx`` is per sequence: the context holds ``n_seq × n_ctx`` tokens."""
+class LlamaModel(SequenceMemory, BatchDecoding, ChainDecoding):
+    """One GGUF model with one context: tokenise, decode a batch with chosen logits rows, roll back, draft in one
+    call (``decode_chain``). ``n_ctx`` is per sequence: the context holds ``n_seq × n_ctx`` tokens."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_threads: int | None = None,
                  n_gpu_layers: int = 0, n_batch: int = 512, n_seq: int = 1,
@@ -98,6 +100,7 @@ class LlamaModel(SequenceMemory, BatchDecoding):
         (``_warm_up``), as llama.cpp's tools warm up; None: unless ``RELAXTUI_WARMUP=0`` (llama.cpp's
         ``--no-warmup``)."""
         warm_env = envvars.flag("RELAXTUI_WARMUP", True)  # a bad value: before any load
+        native.library()  # (RELAXTUI_NATIVE too)
         warm = warm_env if warmup is None else warmup
         self.path = Path(path)
         self.header = read_header(self.path)  # clear error for a missing or non-GGUF file

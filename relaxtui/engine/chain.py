@@ -1,0 +1,154 @@
+"""``decode_chain``: a model drafter's whole draft in one call into ``draft_chain.c`` (``relaxtui.engine.native``).
+
+A chain runs where its C step reproduces the Python one exactly: one sequence per context (the batch's sequence ids
+stay 0), candidate rows without the normaliser (greedy's argmax, or top-k's k candidates with 0 < top_k <= k), no
+recurrent snapshots or hidden rows to keep, the chain built. Anywhere else ``decode_chain`` answers None and the drafter
+takes its Python step, which stays the reference (tests/engine/test_draft_chain.py holds them bit for bit equal).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from relaxtui.engine import native
+from relaxtui.engine.api import ChainSampling, DraftChain, RowSpec, TopLogits
+from relaxtui.errors import ContextFull
+
+if TYPE_CHECKING:
+    from relaxtui.engine.candidates import CandidateSamplers
+    from relaxtui.engine.memory import Snapshots
+    from relaxtui.engine.mtp import HiddenStore
+
+try:
+    import llama_cpp as _llama
+except ImportError:  # pragma: no cover - set-up problem: llama.py says so
+    _llama = None  # type: ignore[assignment]
+
+_DONE, _DECODE_FAILED = 0, 1  # draft_chain.c's statuses (the others hand a row back)
+
+
+def chains(spec: RowSpec | None, sampling: ChainSampling, n: int) -> bool:
+    """Whether the C step picks exactly as the Python one on rows of ``spec`` (and the chain is built)."""
+    if native.library() is None or spec is None or spec.normaliser or n < 1 or spec.k > native.MAX_CANDIDATES:
+        return False
+    if sampling.temperature == 0:
+        return spec.k == 1  # (more candidates come in no order: the argmax needs its pass)
+    return 0 < sampling.top_k <= spec.k and len(sampling.uniforms) >= n
+
+
+def pick(row: TopLogits, sampling: ChainSampling, step: int) -> tuple[int, tuple[list[int], list[float]] | None] | None:
+    """One step of the chain on a row in hand (the fake backend's chain): the C pick, the same as ``decode_chain``'s;
+    None where it hands the row back (a mass that is not finite)."""
+    ids, logits = row.as_lists()
+    if sampling.temperature == 0:
+        return (int(ids[0]), None) if math.isfinite(logits[0]) else None
+    k = len(ids)
+    lib = native.library()
+    assert lib is not None
+    kept_ids, kept_probs, token = (ctypes.c_int32 * k)(), (ctypes.c_double * k)(), ctypes.c_int32()
+    kept = lib.relaxtui_kept_pick((ctypes.c_int32 * k)(*ids), (ctypes.c_float * k)(*logits), k, sampling.temperature,
+                                  sampling.top_k, sampling.top_p, sampling.uniforms[step], kept_ids, kept_probs,
+                                  ctypes.byref(token))
+    return (token.value, (kept_ids[:kept], kept_probs[:kept])) if kept else None
+
+
+def _function(name: str) -> int:
+    """The address of llama.cpp's ``name`` (the chain calls it through a pointer: no header, no link)."""
+    return ctypes.cast(getattr(_llama.llama_cpp._lib, name), ctypes.c_void_p).value or 0
+
+
+class _Buffers:
+    """The chain's output arrays, made once per context for the longest draft and the most candidates."""
+
+    def __init__(self, steps: int, k: int) -> None:
+        self.steps, self.k = steps, k
+        self.tokens = (ctypes.c_int32 * steps)()
+        self.raw_ids, self.raw_logits = (ctypes.c_int32 * (steps * k))(), (ctypes.c_float * (steps * k))()
+        self.kept_n = (ctypes.c_int32 * steps)()
+        self.kept_ids, self.kept_probs = (ctypes.c_int32 * (steps * k))(), (ctypes.c_double * (steps * k))()
+        self.uniforms = (ctypes.c_double * steps)()
+        self.status, self.decode_status, self.seconds = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_double()
+
+
+class ChainDecoding:
+    """``decode_chain`` of a ``LlamaModel`` (a mixin, as ``BatchDecoding``)."""
+
+    _ctx: int
+    _batch: Any
+    _batch_arrays: tuple[Any, Any, Any, Any]
+    _seqs: list[list[int]]
+    _candidates: CandidateSamplers
+    _snapshots: Snapshots | None
+    _copied: int
+    hidden: HiddenStore | None
+    n_ctx: int
+    n_batch: int
+    n_seq: int
+    n_vocab: int
+    decode_seconds: float
+
+    _chain_buffers: _Buffers | None = None
+
+    def decode_chain(self, seq: int, block: Sequence[int], n: int, sampling: ChainSampling) -> DraftChain | None:
+        """Append ``block`` to ``seq``, then draft ``n`` tokens from its last row on: each picked (``sampling``) and,
+        but the last, decoded. None where the chain does not apply (the caller's Python step then: see the module)."""
+        spec = self._candidates.specs.get(seq)
+        cached = self._seqs[seq]
+        if (self.n_seq != 1 or self.hidden is not None or self._snapshots is not None or not block
+                or len(block) > self.n_batch or not chains(spec, sampling, n)):
+            return None
+        assert spec is not None
+        if len(cached) + len(block) + n - 1 > self.n_ctx:
+            raise ContextFull(len(cached), len(block) + n - 1, self.n_ctx)
+        k = min(spec.k, self.n_vocab)
+        buffers = self._chain_buffers
+        if buffers is None or buffers.steps < n or buffers.k < k:
+            buffers = self._chain_buffers = _Buffers(max(n, 65), max(k, 64))
+        token_at, position_at, wants, _ = self._batch_arrays
+        start = len(cached)
+        for i, token in enumerate(block):
+            token_at[i], position_at[i], wants[i] = token, start + i, 0
+        wants[len(block) - 1] = 1
+        greedy = sampling.temperature == 0
+        if not greedy:
+            uniforms = buffers.uniforms
+            for i in range(n):
+                uniforms[i] = sampling.uniforms[i]
+        buffers.seconds.value = 0.0
+        lib = native.library()
+        assert lib is not None
+        drafted = lib.relaxtui_draft_chain(
+            self._ctx, ctypes.byref(self._batch), _FUNCTIONS[0], _FUNCTIONS[1], _FUNCTIONS[2], _FUNCTIONS[3],
+            len(block), start + len(block), n, k, greedy, sampling.temperature, sampling.top_k, sampling.top_p,
+            buffers.uniforms, buffers.tokens, buffers.raw_ids, buffers.raw_logits, buffers.kept_n, buffers.kept_ids,
+            buffers.kept_probs, ctypes.byref(buffers.status), ctypes.byref(buffers.decode_status),
+            ctypes.byref(buffers.seconds))
+        self.decode_seconds += buffers.seconds.value
+        status = buffers.status.value
+        tokens = buffers.tokens[:drafted]
+        decoded = drafted - 1 if status in (_DONE, _DECODE_FAILED) else drafted  # (the last pick is not decoded)
+        if status != _DECODE_FAILED or drafted:
+            cached.extend(block)
+            cached.extend(tokens[:max(0, decoded)])
+        if status == _DECODE_FAILED:
+            raise RuntimeError(f"llama_decode failed with status {buffers.decode_status.value}")
+        rows, kept = [], []
+        raw_ids, raw_logits, kept_n = buffers.raw_ids, buffers.raw_logits, buffers.kept_n
+        for step in range(drafted):
+            at = step * k
+            rows.append(TopLogits(raw_ids[at:at + k], raw_logits[at:at + k], self.n_vocab, None, k >= self.n_vocab))
+            kept.append(None if greedy else (buffers.kept_ids[at:at + kept_n[step]],
+                                             buffers.kept_probs[at:at + kept_n[step]]))
+        self._copied += 8 * k * drafted
+        stopped = None
+        if status != _DONE:  # (the row the chain left: the last decode's output, still in llama.cpp's buffers)
+            stopped = self._candidates.read(len(block) - 1 if drafted == 0 else 0, 1, self.n_vocab, spec)[0]
+        return DraftChain(tokens, rows, kept, stopped)
+
+
+_FUNCTIONS: tuple[int, int, int, int] = (
+    (_function("llama_decode"), _function("llama_synchronize"), _function("llama_get_sampled_candidates_ith"),
+     _function("llama_get_sampled_logits_ith")) if _llama is not None else (0, 0, 0, 0))
