@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from relaxtui.engine import native
-from relaxtui.engine.api import ChainSampling, DraftChain, RowSpec, TopLogits
+from relaxtui.engine.api import MAX_DRAFT, ChainSampling, DraftChain, RowSpec, TopLogits
 from relaxtui.errors import ContextFull
 
 if TYPE_CHECKING:
@@ -60,17 +60,26 @@ def _function(name: str) -> int:
     return ctypes.cast(getattr(_llama.llama_cpp._lib, name), ctypes.c_void_p).value or 0
 
 
-class _Buffers:
-    """The chain's output arrays, made once per context for the longest draft and the most candidates."""
+class _Call(ctypes.Structure):
+    """draft_chain.c's ``chain_call``: a context's chain, set once (its output arrays sized for the longest draft and
+    the most candidates), so a draft's call converts five numbers, not two dozen arguments."""
 
-    def __init__(self, steps: int, k: int) -> None:
-        self.steps, self.k = steps, k
-        self.tokens = (ctypes.c_int32 * steps)()
-        self.raw_ids, self.raw_logits = (ctypes.c_int32 * (steps * k))(), (ctypes.c_float * (steps * k))()
-        self.kept_n = (ctypes.c_int32 * steps)()
-        self.kept_ids, self.kept_probs = (ctypes.c_int32 * (steps * k))(), (ctypes.c_double * (steps * k))()
-        self.uniforms = (ctypes.c_double * steps)()
-        self.status, self.decode_status, self.seconds = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_double()
+    _fields_ = [("ctx", ctypes.c_void_p), ("batch", ctypes.c_void_p), ("decode", ctypes.c_void_p),
+                ("synchronize", ctypes.c_void_p), ("candidates_at", ctypes.c_void_p), ("logits_at", ctypes.c_void_p),
+                ("uniforms", ctypes.c_void_p), ("tokens", ctypes.c_void_p), ("raw_ids", ctypes.c_void_p),
+                ("raw_logits", ctypes.c_void_p), ("kept_n", ctypes.c_void_p), ("kept_ids", ctypes.c_void_p),
+                ("kept_probs", ctypes.c_void_p), ("status", ctypes.c_int32), ("decode_status", ctypes.c_int32),
+                ("seconds", ctypes.c_double)]
+
+
+def _call(ctx: int, batch: Any) -> tuple[_Call, tuple[Any, ...]]:
+    """A context's ``_Call`` and the arrays it points into (kept alive beside it)."""
+    steps, k = MAX_DRAFT + 1, native.MAX_CANDIDATES
+    arrays = ((ctypes.c_double * steps)(), (ctypes.c_int32 * steps)(), (ctypes.c_int32 * (steps * k))(),
+              (ctypes.c_float * (steps * k))(), (ctypes.c_int32 * steps)(), (ctypes.c_int32 * (steps * k))(),
+              (ctypes.c_double * (steps * k))())
+    addresses = [ctypes.addressof(array) for array in arrays]
+    return _Call(ctx, ctypes.addressof(batch), *_FUNCTIONS, *addresses), arrays
 
 
 class ChainDecoding:
@@ -90,7 +99,7 @@ class ChainDecoding:
     n_vocab: int
     decode_seconds: float
 
-    _chain_buffers: _Buffers | None = None
+    _chain: tuple[_Call, tuple[Any, ...]] | None = None
 
     def decode_chain(self, seq: int, block: Sequence[int], n: int, sampling: ChainSampling) -> DraftChain | None:
         """Append ``block`` to ``seq``, then draft ``n`` tokens from its last row on: each picked (``sampling``) and,
@@ -98,50 +107,42 @@ class ChainDecoding:
         spec = self._candidates.specs.get(seq)
         cached = self._seqs[seq]
         if (self.n_seq != 1 or self.hidden is not None or self._snapshots is not None or not block
-                or len(block) > self.n_batch or not chains(spec, sampling, n)):
+                or len(block) > self.n_batch or n > MAX_DRAFT + 1 or not chains(spec, sampling, n)):
             return None
         assert spec is not None
         if len(cached) + len(block) + n - 1 > self.n_ctx:
             raise ContextFull(len(cached), len(block) + n - 1, self.n_ctx)
-        k = min(spec.k, self.n_vocab)
-        buffers = self._chain_buffers
-        if buffers is None or buffers.steps < n or buffers.k < k:
-            buffers = self._chain_buffers = _Buffers(max(n, 65), max(k, 64))
+        if self._chain is None:
+            self._chain = _call(self._ctx, self._batch)
+        call, (uniforms, tokens_at, raw_ids, raw_logits, kept_n, kept_ids, kept_probs) = self._chain
         token_at, position_at, wants, _ = self._batch_arrays
         start = len(cached)
         for i, token in enumerate(block):
             token_at[i], position_at[i], wants[i] = token, start + i, 0
         wants[len(block) - 1] = 1
         greedy = sampling.temperature == 0
-        if not greedy:
-            uniforms = buffers.uniforms
-            for i in range(n):
-                uniforms[i] = sampling.uniforms[i]
-        buffers.seconds.value = 0.0
+        for i in range(0 if greedy else n):
+            uniforms[i] = sampling.uniforms[i]
+        k = min(spec.k, self.n_vocab)
         lib = native.library()
         assert lib is not None
-        drafted = lib.relaxtui_draft_chain(
-            self._ctx, ctypes.byref(self._batch), _FUNCTIONS[0], _FUNCTIONS[1], _FUNCTIONS[2], _FUNCTIONS[3],
-            len(block), start + len(block), n, k, greedy, sampling.temperature, sampling.top_k, sampling.top_p,
-            buffers.uniforms, buffers.tokens, buffers.raw_ids, buffers.raw_logits, buffers.kept_n, buffers.kept_ids,
-            buffers.kept_probs, ctypes.byref(buffers.status), ctypes.byref(buffers.decode_status),
-            ctypes.byref(buffers.seconds))
-        self.decode_seconds += buffers.seconds.value
-        status = buffers.status.value
-        tokens = buffers.tokens[:drafted]
+        drafted = lib.relaxtui_draft_chain(ctypes.byref(call), len(block), start + len(block), n, k, greedy,
+                                           sampling.temperature, sampling.top_k, sampling.top_p)
+        self.decode_seconds += call.seconds
+        status = call.status
+        tokens = tokens_at[:drafted]
         decoded = drafted - 1 if status in (_DONE, _DECODE_FAILED) else drafted  # (the last pick is not decoded)
         if status != _DECODE_FAILED or drafted:
             cached.extend(block)
             cached.extend(tokens[:max(0, decoded)])
         if status == _DECODE_FAILED:
-            raise RuntimeError(f"llama_decode failed with status {buffers.decode_status.value}")
+            raise RuntimeError(f"llama_decode failed with status {call.decode_status}")
         rows, kept = [], []
-        raw_ids, raw_logits, kept_n = buffers.raw_ids, buffers.raw_logits, buffers.kept_n
+        ids, logits = raw_ids[:drafted * k], raw_logits[:drafted * k]  # (one conversion each: right after decodes)
         for step in range(drafted):
             at = step * k
-            rows.append(TopLogits(raw_ids[at:at + k], raw_logits[at:at + k], self.n_vocab, None, k >= self.n_vocab))
-            kept.append(None if greedy else (buffers.kept_ids[at:at + kept_n[step]],
-                                             buffers.kept_probs[at:at + kept_n[step]]))
+            rows.append(TopLogits(ids[at:at + k], logits[at:at + k], self.n_vocab, None, k >= self.n_vocab))
+            kept.append(None if greedy else (kept_ids[at:at + kept_n[step]], kept_probs[at:at + kept_n[step]]))
         self._copied += 8 * k * drafted
         stopped = None
         if status != _DONE:  # (the row the chain left: the last decode's output, still in llama.cpp's buffers)

@@ -122,39 +122,60 @@ int32_t relaxtui_kept_pick(const int32_t *ids, const float *logits, int32_t n, d
     return n_kept;
 }
 
+/* What a context's chains share, set once (relaxtui/engine/chain.py's _Call): llama.cpp's context, batch and functions,
+   the uniforms in, and the outputs: per step the token, the row's raw candidates (k ids and logits) and the kept
+   distribution (sampled; kept_n[step] of them), why it stopped and the time inside llama.cpp. */
+typedef struct {
+    void *ctx;
+    llama_batch *batch;
+    decode_fn decode;
+    synchronize_fn synchronize;
+    candidates_fn candidates_at;
+    logits_fn logits_at;
+    const double *uniforms;
+    int32_t *tokens;
+    int32_t *raw_ids;
+    float *raw_logits;
+    int32_t *kept_n;
+    int32_t *kept_ids;
+    double *kept_probs;
+    int32_t status;
+    int32_t decode_status;
+    double seconds;
+} chain_call;
+
 /* Decode the batch's first n_block tokens (the caller filled them, their last an output row), then draft n_steps
    tokens of sequence 0: each from the last output row's k candidates (llama.cpp's backend sampling), greedy (the
    candidate itself: k = 1) or by relaxtui_kept_pick with uniforms[step]; every pick but the last decoded at the next
-   position. Per step out: the token, the row's raw candidates (k ids and logits), the kept distribution (sampled).
-   Returns the steps drafted; *status says why it stopped short (a row it hands back to the Python step, or llama.cpp's
-   status in *decode_status); *seconds adds the time inside llama_decode and llama_synchronize. */
-int32_t relaxtui_draft_chain(void *ctx, llama_batch *batch, decode_fn decode, synchronize_fn synchronize,
-                             candidates_fn candidates_at, logits_fn logits_at, int32_t n_block, int32_t position,
-                             int32_t n_steps, int32_t k, int32_t greedy, double temperature, int32_t top_k,
-                             double top_p, const double *uniforms, int32_t *tokens, int32_t *raw_ids,
-                             float *raw_logits, int32_t *kept_n, int32_t *kept_ids, double *kept_probs,
-                             int32_t *status, int32_t *decode_status, double *seconds) {
+   position. Returns the steps drafted; call->status says why it stopped short (a row it hands back to the Python
+   step, or llama.cpp's status in decode_status); call->seconds is the time inside llama_decode and
+   llama_synchronize. */
+int32_t relaxtui_draft_chain(chain_call *call, int32_t n_block, int32_t position, int32_t n_steps, int32_t k,
+                             int32_t greedy, double temperature, int32_t top_k, double top_p) {
+    void *ctx = call->ctx;
+    llama_batch *batch = call->batch;
     int32_t output = n_block - 1;
     batch->n_tokens = n_block;
-    *status = CHAIN_DONE;
+    call->status = CHAIN_DONE;
+    call->seconds = 0.0;
     for (int32_t step = 0; step < n_steps; step++) {
         double started = now();
-        int32_t result = decode(ctx, *batch);
-        if (result == 0) synchronize(ctx);
-        *seconds += now() - started;
+        int32_t result = call->decode(ctx, *batch);
+        if (result == 0) call->synchronize(ctx);
+        call->seconds += now() - started;
         if (result != 0) {
-            *decode_status = result;
-            *status = CHAIN_DECODE_FAILED;
+            call->decode_status = result;
+            call->status = CHAIN_DECODE_FAILED;
             return step;
         }
-        const int32_t *ids = candidates_at(ctx, output);
-        const float *logits = logits_at(ctx, output);
+        const int32_t *ids = call->candidates_at(ctx, output);
+        const float *logits = call->logits_at(ctx, output);
         if (ids == 0 || logits == 0) {
-            *status = CHAIN_NO_ROW;
+            call->status = CHAIN_NO_ROW;
             return step;
         }
-        int32_t *row_ids = raw_ids + (int64_t) step * k;
-        float *row_logits = raw_logits + (int64_t) step * k;
+        int32_t *row_ids = call->raw_ids + (int64_t) step * k;
+        float *row_logits = call->raw_logits + (int64_t) step * k;
         for (int32_t i = 0; i < k; i++) {
             row_ids[i] = ids[i];
             row_logits[i] = logits[i];
@@ -162,21 +183,21 @@ int32_t relaxtui_draft_chain(void *ctx, llama_batch *batch, decode_fn decode, sy
         int32_t token;
         if (greedy) {
             if (!isfinite(logits[0])) {
-                *status = CHAIN_NUMERICS;
+                call->status = CHAIN_NUMERICS;
                 return step;
             }
             token = ids[0];
-            kept_n[step] = 0;
+            call->kept_n[step] = 0;
         } else {
-            kept_n[step] = relaxtui_kept_pick(ids, logits, k, temperature, top_k, top_p, uniforms[step],
-                                              kept_ids + (int64_t) step * k, kept_probs + (int64_t) step * k,
-                                              &token);
-            if (kept_n[step] == 0) {
-                *status = CHAIN_NUMERICS;
+            call->kept_n[step] = relaxtui_kept_pick(ids, logits, k, temperature, top_k, top_p, call->uniforms[step],
+                                                    call->kept_ids + (int64_t) step * k,
+                                                    call->kept_probs + (int64_t) step * k, &token);
+            if (call->kept_n[step] == 0) {
+                call->status = CHAIN_NUMERICS;
                 return step;
             }
         }
-        tokens[step] = token;
+        call->tokens[step] = token;
         if (step + 1 < n_steps) { /* the pick is the next decode: one token, its row an output */
             batch->n_tokens = 1;
             batch->token[0] = token;

@@ -76,8 +76,7 @@ def library() -> ctypes.CDLL | None:
     i32, f64, ptr = ctypes.c_int32, ctypes.c_double, ctypes.c_void_p
     lib.relaxtui_kept_pick.argtypes = [ptr, ptr, i32, f64, i32, f64, f64, ptr, ptr, ptr]
     lib.relaxtui_kept_pick.restype = i32
-    lib.relaxtui_draft_chain.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, f64, i32, f64,
-                                         *[ptr] * 10]
+    lib.relaxtui_draft_chain.argtypes = [ptr, i32, i32, i32, i32, i32, f64, i32, f64]
     lib.relaxtui_draft_chain.restype = i32
     return lib
 
