@@ -141,7 +141,8 @@ class ModelDrafter(BaseDrafter):
         probs = [None if kept is None else Candidates(*kept) for kept in chain.kept]
         if chain.stopped is not None:  # a row it would not pick from (a mass that is not finite): the step says why
             step = propose(chain.stopped, sampling, request.rng, self.p_min, drawn[len(tokens)] if drawn else None)
-            if step is not None:  # (it picked after all: the draft ends with it)
+            if step is not None:  # (unreachable as built: the chain hands back only rows the step raises on; a
+                # pick would end the draft there, shorter but still drawn from q)
                 tokens.append(step[0])
                 probs.append(step[1])
                 raw.append(chain.stopped)

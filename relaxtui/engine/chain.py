@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from relaxtui.engine import native
@@ -32,7 +33,8 @@ _DONE, _DECODE_FAILED = 0, 1  # draft_chain.c's statuses (the others hand a row 
 
 def chains(spec: RowSpec | None, sampling: ChainSampling, n: int) -> bool:
     """Whether the C step picks exactly as the Python one on rows of ``spec`` (and the chain is built)."""
-    if native.library() is None or spec is None or spec.normaliser or n < 1 or spec.k > native.MAX_CANDIDATES:
+    if (native.library() is None or not _layout_agrees() or spec is None or spec.normaliser or n < 1
+            or spec.k > native.MAX_CANDIDATES):
         return False
     if sampling.temperature == 0:
         return spec.k == 1  # (more candidates come in no order: the argmax needs its pass)
@@ -150,6 +152,28 @@ class ChainDecoding:
         return DraftChain(tokens, rows, kept, stopped)
 
 
-_FUNCTIONS: tuple[int, int, int, int] = (
-    (_function("llama_decode"), _function("llama_synchronize"), _function("llama_get_sampled_candidates_ith"),
-     _function("llama_get_sampled_logits_ith")) if _llama is not None else (0, 0, 0, 0))
+def _functions() -> tuple[int, int, int, int]:
+    """llama.cpp's four functions the chain calls (zeros where this binding lacks one: no chain then)."""
+    try:
+        return (_function("llama_decode"), _function("llama_synchronize"),
+                _function("llama_get_sampled_candidates_ith"), _function("llama_get_sampled_logits_ith"))
+    except AttributeError:
+        return 0, 0, 0, 0
+
+
+_BATCH_FIELDS = ["n_tokens", "token", "embd", "pos", "n_seq_id", "seq_id", "logits"]  # draft_chain.c's llama_batch
+
+
+@cache
+def _layout_agrees() -> bool:
+    """Whether llama-cpp-python's llama_batch is the one draft_chain.c declares (the same fields, the same size) and
+    the four functions are there: the chain writes the batch and calls them through raw addresses."""
+    lib = native.library()
+    if _llama is None or lib is None or not all(_FUNCTIONS):
+        return False
+    batch = _llama.llama_batch
+    return ([name for name, *_ in batch._fields_] == _BATCH_FIELDS
+            and ctypes.sizeof(batch) == lib.relaxtui_batch_size())
+
+
+_FUNCTIONS = _functions() if _llama is not None else (0, 0, 0, 0)

@@ -7,8 +7,9 @@
    same order, so the tokens, the kept distributions and the raw candidates come out bit for bit the same
    (tests/engine/test_draft_chain.py); whatever it cannot do exactly it leaves to the Python step.
 
-   No llama.cpp header: the caller hands the four functions it uses as pointers, and llama_batch's layout (stable in
-   llama.h since 2023) is declared here. */
+   No llama.cpp header: the caller hands the four functions it uses as pointers, and llama_batch's layout is declared
+   here as llama.h 0.3.36 has it (llama-cpp-python's own binding declares the same fields; chain.py compares both with
+   relaxtui_batch_size and runs no chain where they differ). */
 
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 
@@ -32,6 +33,9 @@ typedef int32_t *(*candidates_fn)(void *ctx, int32_t i);
 typedef float *(*logits_fn)(void *ctx, int32_t i);
 
 enum { CHAIN_DONE = 0, CHAIN_DECODE_FAILED = 1, CHAIN_NUMERICS = 2, CHAIN_NO_ROW = 3 };
+
+/* sizeof(llama_batch) as declared here, for the caller to compare with its binding's before any chain runs. */
+int32_t relaxtui_batch_size(void) { return (int32_t) sizeof(llama_batch); }
 
 static double now(void) {
     struct timespec t;
@@ -60,6 +64,7 @@ int32_t relaxtui_kept_pick(const int32_t *ids, const float *logits, int32_t n, d
     int32_t order[256], chosen[256], keep[256];
     double value[256], weight[256];
     int32_t held = n;
+    if (n < 1 || n > 256) return 0;
     for (int32_t i = 0; i < n; i++) {
         if (isnan(logits[i])) return 0; /* (Python orders around a NaN its own way: its step decides) */
         chosen[i] = i;

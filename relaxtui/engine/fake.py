@@ -12,7 +12,7 @@ from typing import cast
 
 import numpy as np
 
-from relaxtui.engine import chain
+from relaxtui.engine import chain, native
 from relaxtui.engine.api import (
     ChainSampling,
     DraftChain,
@@ -57,6 +57,7 @@ class FakeBackend:
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
         self.n_seq = n_seq
+        native.library()  # (a bad RELAXTUI_NATIVE: one line before anything runs, as a real model's load says it)
         self.eog = eog
         self.pieces = list(pieces) if pieces is not None else [f"<{t}>".encode() for t in range(n_vocab)]
         self.chat_template = chat_template  # its source, read only for the thinking block it marks (None: none)

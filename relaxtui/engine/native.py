@@ -39,7 +39,8 @@ def library_path(source: bytes | None = None) -> Path:
     """Where this source, built with these flags, lives: under the running virtualenv (its own build, beside the
     llama-cpp-python it calls into)."""
     data = SOURCE.read_bytes() if source is None else source
-    key = hashlib.sha256(data + " ".join((_compiler(), *FLAGS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(data + " ".join(FLAGS).encode()).hexdigest()[:16]  # (not the compiler: any C compiler's
+    # build of this source keeps the C ABI, so a $CC that differs from set-up's still finds it)
     return Path(sys.prefix) / "lib" / "relaxtui" / f"draft_chain-{key}.so"
 
 
@@ -72,8 +73,12 @@ def library() -> ctypes.CDLL | None:
     path = library_path()
     if not path.is_file():
         return None
-    lib = ctypes.CDLL(str(path))
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError:  # (a virtualenv copied to another machine: the Python step, as without a build)
+        return None
     i32, f64, ptr = ctypes.c_int32, ctypes.c_double, ctypes.c_void_p
+    lib.relaxtui_batch_size.argtypes, lib.relaxtui_batch_size.restype = [], i32
     lib.relaxtui_kept_pick.argtypes = [ptr, ptr, i32, f64, i32, f64, f64, ptr, ptr, ptr]
     lib.relaxtui_kept_pick.restype = i32
     lib.relaxtui_draft_chain.argtypes = [ptr, i32, i32, i32, i32, i32, f64, i32, f64]

@@ -101,7 +101,7 @@ def test_credentials_in_the_endpoint_are_refused_and_never_shown(monkeypatch, tm
         assert "HF_TOKEN" in err
 
 
-@pytest.mark.parametrize("name", ["RELAXTUI_EXTRA_BUFTS", "RELAXTUI_LLAMA_LOG", "RELAXTUI_WARMUP"])
+@pytest.mark.parametrize("name", ["RELAXTUI_EXTRA_BUFTS", "RELAXTUI_LLAMA_LOG", "RELAXTUI_NATIVE", "RELAXTUI_WARMUP"])
 @pytest.mark.parametrize("value", ["yes", "true", "2", "-1", "on", "0x1", "1 1"])
 def test_flags_take_0_or_1_only(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
