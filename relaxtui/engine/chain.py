@@ -12,16 +12,12 @@ import ctypes
 import math
 from collections.abc import Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relaxtui.engine import native
 from relaxtui.engine.api import MAX_DRAFT, ChainSampling, DraftChain, RowSpec, TopLogits
+from relaxtui.engine.batching import BatchDecoding
 from relaxtui.errors import ContextFull
-
-if TYPE_CHECKING:
-    from relaxtui.engine.candidates import CandidateSamplers
-    from relaxtui.engine.memory import Snapshots
-    from relaxtui.engine.mtp import HiddenStore
 
 try:
     import llama_cpp as _llama
@@ -84,22 +80,8 @@ def _call(ctx: int, batch: Any) -> tuple[_Call, tuple[Any, ...]]:
     return _Call(ctx, ctypes.addressof(batch), *_FUNCTIONS, *addresses), arrays
 
 
-class ChainDecoding:
-    """``decode_chain`` of a ``LlamaModel`` (a mixin, as ``BatchDecoding``)."""
-
-    _ctx: int
-    _batch: Any
-    _batch_arrays: tuple[Any, Any, Any, Any]
-    _seqs: list[list[int]]
-    _candidates: CandidateSamplers
-    _snapshots: Snapshots | None
-    _copied: int
-    hidden: HiddenStore | None
-    n_ctx: int
-    n_batch: int
-    n_seq: int
-    n_vocab: int
-    decode_seconds: float
+class ChainDecoding(BatchDecoding):
+    """``decode_chain`` of a ``LlamaModel`` (a mixin over the same context state as ``BatchDecoding``)."""
 
     _chain: tuple[_Call, tuple[Any, ...]] | None = None
 

@@ -28,7 +28,6 @@ from relaxtui import envvars
 from relaxtui.checks import BadValue
 from relaxtui.engine import native
 from relaxtui.engine.api import MAX_DRAFT, Rows, RowSpec, SeqDecode
-from relaxtui.engine.batching import BatchDecoding
 from relaxtui.engine.candidates import CandidateSamplers
 from relaxtui.engine.chain import ChainDecoding
 from relaxtui.engine.gguf import read_header
@@ -85,7 +84,7 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-class LlamaModel(SequenceMemory, BatchDecoding, ChainDecoding):
+class LlamaModel(SequenceMemory, ChainDecoding):
     """One GGUF model with one context: tokenise, decode a batch with chosen logits rows, roll back, draft in one
     call (``decode_chain``). ``n_ctx`` is per sequence: the context holds ``n_seq × n_ctx`` tokens."""
 

@@ -7,9 +7,11 @@ llama.cpp. Where the chain does not apply (or a row's mass is not finite) the Py
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 
+import llama_cpp
 import numpy as np
 import pytest
 
@@ -214,42 +216,26 @@ class _Stub:
     status to fail with at a given call. Drives ``decode_chain``'s every exit without a model."""
 
     def __init__(self, rows, fail_at=None):
-        import ctypes
-
-        import llama_cpp
-
         self.rows, self.fail_at, self.decodes, self.reads = rows, fail_at, [], 0
         self.ids, self.logits = (ctypes.c_int32 * 4)(), (ctypes.c_float * 4)()
         pointer = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
         self.callbacks = (ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, llama_cpp.llama_batch)(self._decode),
                           ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda ctx: None),
-                          pointer(self._candidates), pointer(self._logits))
+                          pointer(lambda ctx, output: self._pointer(self.ids, 0)),
+                          pointer(lambda ctx, output: self._pointer(self.logits, 1)))
         self.functions = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self.callbacks)
 
     def _decode(self, ctx, batch):
         self.decodes.append([(batch.token[i], batch.pos[i], batch.logits[i]) for i in range(batch.n_tokens)])
         return 7 if len(self.decodes) == self.fail_at else 0
 
-    def _row(self):
-        return self.rows[len(self.decodes) - 1]
-
-    def _candidates(self, ctx, output):
-        import ctypes
-
-        row = self._row()
+    def _pointer(self, buffer, part):
+        """Where this decode's row puts its ids (part 0) or logits (1); None: no candidates."""
+        row = self.rows[len(self.decodes) - 1]
         if row is None:
             return None
-        self.ids[:] = row[0]
-        return ctypes.addressof(self.ids)
-
-    def _logits(self, ctx, output):
-        import ctypes
-
-        row = self._row()
-        if row is None:
-            return None
-        self.logits[:] = row[1]
-        return ctypes.addressof(self.logits)
+        buffer[:] = row[part]
+        return ctypes.addressof(buffer)
 
 
 class _Candidates:
@@ -262,8 +248,6 @@ class _Candidates:
 
 
 def _stubbed_model(monkeypatch, stub, spec):
-    import llama_cpp
-
     monkeypatch.setattr(chain, "_FUNCTIONS", stub.functions)
 
     class Model(chain.ChainDecoding):
