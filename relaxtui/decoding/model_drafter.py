@@ -95,7 +95,12 @@ class ModelDrafter(BaseDrafter):
         if len(live) == 1:  # one request: its whole draft in one engine call where the engine can
             chained = self._chain(requests[live[0]], blocks[0], limits[live[0]], uniforms[live[0]])
             if chained is not None:
-                made[live[0]], live = chained, []
+                tokens, probs, raw, goes_on = chained
+                made[live[0]] = (tokens, probs, raw)
+                if goes_on:  # the Python step picked where the chain stopped: its steps take the draft on
+                    blocks = [tokens[-1:]]
+                else:
+                    live = []
         rows = self.model.decode_rows(seqs, blocks, last=True) if live else []
         while live:
             following, seqs, blocks = [], [], []
@@ -125,11 +130,12 @@ class ModelDrafter(BaseDrafter):
             drafts.append(make_draft(tokens, probs, raw, self.target_vocab, seconds))
         return drafts
 
-    def _chain(self, request: DraftRequest, block: list[int], limit: int,
-               drawn: list[float] | None) -> tuple[list[int], list[Candidates | None], list[Row | np.ndarray]] | None:
+    def _chain(self, request: DraftRequest, block: list[int], limit: int, drawn: list[float] | None
+               ) -> tuple[list[int], list[Candidates | None], list[Row | np.ndarray], bool] | None:
         """One request's whole draft in one engine call where the engine can (``Model.decode_chain``: the same tokens,
         q and rows as the steps in ``draft``, without a Python step between the decodes, where each costs ~0.15 ms
-        on a CPU whose caches the weights have just flushed); None: the steps."""
+        on a CPU whose caches the weights have just flushed), and whether the steps go on from its last token (the
+        Python step picked from a row the chain handed back, short of the limit); None: the steps."""
         if not self._same_vocab:
             return None
         sampling = request.sampling
@@ -138,15 +144,15 @@ class ModelDrafter(BaseDrafter):
         if chain is None:
             return None
         tokens, raw = chain.tokens, list[Row | np.ndarray](chain.rows)
-        probs = [None if kept is None else Candidates(*kept) for kept in chain.kept]
+        probs: list[Candidates | None] = [None if kept is None else Candidates(*kept) for kept in chain.kept]
         if chain.stopped is not None:  # a row it would not pick from (a mass that is not finite): the step says why
             step = propose(chain.stopped, sampling, request.rng, self.p_min, drawn[len(tokens)] if drawn else None)
-            if step is not None:  # (unreachable as built: the chain hands back only rows the step raises on; a
-                # pick would end the draft there, shorter but still drawn from q)
+            if step is not None:  # it picked after all (a NaN that its top-k cut drops, where top-k < k)
                 tokens.append(step[0])
                 probs.append(step[1])
                 raw.append(chain.stopped)
-        return tokens, probs, raw
+                return tokens, probs, raw, len(tokens) < limit
+        return tokens, probs, raw, False
 
     def _rows(self, request: DraftRequest) -> None:
         """Candidate rows from the engine for this request's sequence where they suffice (whole rows otherwise)."""

@@ -66,8 +66,9 @@ class ChainSampling:
 class DraftChain:
     """What ``Model.decode_chain`` drafted: each step's token, its row's raw candidates, and (sampled) the kept
     distribution it drew from, as ascending ids and their probabilities. ``stopped`` is the row of a step the chain
-    left to the caller's Python step (a mass that is not finite, or no candidates from llama.cpp: the Python step
-    says why), None when it drafted every step asked."""
+    left to the caller's Python step (a mass that is not finite: the Python step raises, or picks where its top-k
+    cut drops a NaN, and drafts on), None when it drafted every step asked. (A row without candidates raises in the
+    engine, as its Python read does.)"""
 
     tokens: list[int]
     rows: list[TopLogits]

@@ -151,7 +151,7 @@ def _layout_agrees() -> bool:
     """Whether llama-cpp-python's llama_batch is the one draft_chain.c declares (the same fields, the same size) and
     the four functions are there: the chain writes the batch and calls them through raw addresses."""
     lib = native.library()
-    if _llama is None or lib is None or not all(_FUNCTIONS):
+    if _llama is None or lib is None or not all(_functions()):
         return False
     batch = _llama.llama_batch
     return ([name for name, *_ in batch._fields_] == _BATCH_FIELDS

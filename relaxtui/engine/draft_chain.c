@@ -8,8 +8,8 @@
    (tests/engine/test_draft_chain.py); whatever it cannot do exactly it leaves to the Python step.
 
    No llama.cpp header: the caller hands the four functions it uses as pointers, and llama_batch's layout is declared
-   here as llama.h 0.3.36 has it (llama-cpp-python's own binding declares the same fields; chain.py compares both with
-   relaxtui_batch_size and runs no chain where they differ). */
+   here as the llama.h vendored by llama-cpp-python 0.3.36 has it (the binding declares the same fields; chain.py
+   compares both with relaxtui_batch_size and runs no chain where they differ). */
 
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 

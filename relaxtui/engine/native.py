@@ -1,4 +1,4 @@
-"""The draft chain in C (``draft_chain.c``): built once per source and compiler into the virtualenv, loaded by ctypes.
+"""The draft chain in C (``draft_chain.c``): built once per source into the virtualenv, loaded by ctypes.
 
 Why: a CPU-run drafter's weights stream through every cache at each decode, so each Python step between two draft
 decodes runs on cold caches: about 0.15 ms a step against 0.01 ms for the bare decode call. The chain decodes a
@@ -7,9 +7,10 @@ step stays the reference it is tested against, and the path wherever the chain i
 
     python -m relaxtui.engine.native      builds it (scripts/bootstrap.py runs this), says where, or why not
 
-Built with the C compiler llama-cpp-python was built with (``cc``, or ``$CC``), ``-O2 -ffp-contract=off`` (no fused
-multiply-adds: the float64 steps round as Python's do). No llama.cpp header or link: the functions it calls come as
-pointers. ``RELAXTUI_NATIVE=0`` turns it off (the Python step everywhere: for a side-by-side timing).
+Built with the C compiler that built llama-cpp-python (``cc``, or ``$CC``) and ``-O2 -ffp-contract=off`` (no fused
+multiply-adds: the float64 steps round as Python's do); named by the source and the flags, not the compiler. No
+llama.cpp header or link: the functions it calls come as pointers. ``RELAXTUI_NATIVE=0`` turns it off (the Python
+step everywhere: for a side-by-side timing).
 """
 
 from __future__ import annotations

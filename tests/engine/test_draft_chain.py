@@ -22,7 +22,7 @@ from relaxtui.decoding.events import Finished, TokenEvent
 from relaxtui.decoding.loop import generate
 from relaxtui.decoding.sampling import SamplingParams, candidates
 from relaxtui.engine import chain, native
-from relaxtui.engine.api import ChainSampling, RowSpec, TopLogits
+from relaxtui.engine.api import ChainSampling, DraftChain, RowSpec, TopLogits
 from relaxtui.engine.fake import FakeBackend, markov_logits
 from relaxtui.errors import NumericsError
 from relaxtui.rules import make
@@ -234,7 +234,7 @@ class _Stub:
         row = self.rows[len(self.decodes) - 1]
         if row is None:
             return None
-        buffer[:] = row[part]
+        buffer[:len(row[part])] = row[part]
         return ctypes.addressof(buffer)
 
 
@@ -247,7 +247,7 @@ class _Candidates:
         return [TopLogits([0], [math.nan], vocab_size)]
 
 
-def _stubbed_model(monkeypatch, stub, spec):
+def _stubbed_model(request, monkeypatch, stub, spec):
     monkeypatch.setattr(chain, "_FUNCTIONS", stub.functions)
 
     class Model(chain.ChainDecoding):
@@ -256,6 +256,7 @@ def _stubbed_model(monkeypatch, stub, spec):
 
     model = Model()
     model._ctx, model._batch = 0, llama_cpp.llama_batch_init(16, 0, 1)
+    request.addfinalizer(lambda: llama_cpp.llama_batch_free(model._batch))
     model._batch_arrays = (model._batch.token, model._batch.pos, model._batch.logits, model._batch.seq_id)
     model._seqs, model._candidates = [[1, 2, 3]], _Candidates(spec)
     return model
@@ -265,9 +266,9 @@ ROW = ([7, 3, 9, 1], [1.0, 2.0, 0.5, -1.0])
 SAMPLED = ChainSampling(0.8, 4, 1.0, [0.5, 0.5, 0.5])
 
 
-def test_the_chain_decodes_the_block_then_each_pick_at_the_next_position(monkeypatch):
+def test_the_chain_decodes_the_block_then_each_pick_at_the_next_position(request, monkeypatch):
     stub = _Stub([ROW, ROW, ROW])
-    model = _stubbed_model(monkeypatch, stub, RowSpec(4))
+    model = _stubbed_model(request, monkeypatch, stub, RowSpec(4))
     drafted = model.decode_chain(0, [4, 5], 3, SAMPLED)
     reference = candidates(TopLogits(*ROW, VOCAB), SamplingParams(0.8, 4, 1.0))
     token = reference.pick(0.5)
@@ -278,24 +279,61 @@ def test_the_chain_decodes_the_block_then_each_pick_at_the_next_position(monkeyp
     assert model._seqs[0] == [1, 2, 3, 4, 5, token, token]
 
 
-def test_a_decode_that_fails_raises_with_what_it_decoded_kept(monkeypatch):
+def test_a_decode_that_fails_raises_with_what_it_decoded_kept(request, monkeypatch):
     stub = _Stub([ROW, ROW, ROW], fail_at=2)
-    model = _stubbed_model(monkeypatch, stub, RowSpec(4))
+    model = _stubbed_model(request, monkeypatch, stub, RowSpec(4))
     with pytest.raises(RuntimeError, match="status 7"):
         model.decode_chain(0, [4, 5], 3, SAMPLED)
     assert model._seqs[0] == [1, 2, 3, 4, 5]  # the block decoded; the first pick's decode failed
     stub = _Stub([ROW], fail_at=1)
-    model = _stubbed_model(monkeypatch, stub, RowSpec(4))
+    model = _stubbed_model(request, monkeypatch, stub, RowSpec(4))
     with pytest.raises(RuntimeError, match="status 7"):
         model.decode_chain(0, [4, 5], 3, SAMPLED)
     assert model._seqs[0] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("bad_row", [None, ([7, 3, 9, 1], [1.0, math.nan, 0.5, -1.0])])
-def test_a_row_the_chain_cannot_pick_from_is_handed_back_after_the_picks_before_it(monkeypatch, bad_row):
-    stub = _Stub([ROW, bad_row])
-    model = _stubbed_model(monkeypatch, stub, RowSpec(4))
+@pytest.mark.parametrize("at", [0, 1])
+def test_a_row_the_chain_cannot_pick_from_is_handed_back_after_the_picks_before_it(request, monkeypatch, bad_row, at):
+    stub = _Stub([ROW] * at + [bad_row])
+    model = _stubbed_model(request, monkeypatch, stub, RowSpec(4))
     drafted = model.decode_chain(0, [4, 5], 3, SAMPLED)
-    assert len(drafted.tokens) == 1 and drafted.stopped is not None
-    assert model._candidates.read_at == [0]  # the second decode's one output row
-    assert model._seqs[0] == [1, 2, 3, 4, 5, drafted.tokens[0]]  # the pick it could not follow was decoded
+    assert len(drafted.tokens) == at and drafted.stopped is not None
+    assert model._candidates.read_at == [1 if at == 0 else 0]  # the block's last row, or a pick's one row
+    assert model._seqs[0] == [1, 2, 3, 4, 5, *drafted.tokens]  # every pick before it was decoded
+
+
+def test_greedy_chains_the_engines_argmax(request, monkeypatch):
+    stub = _Stub([([9], [2.5]), ([4], [1.0]), ([6], [0.5])])
+    model = _stubbed_model(request, monkeypatch, stub, RowSpec(1))
+    drafted = model.decode_chain(0, [4, 5], 3, ChainSampling(0.0, 20, 0.95))
+    assert drafted.tokens == [9, 4, 6] and drafted.kept == [None] * 3
+    assert [row.as_lists() for row in drafted.rows] == [([9], [2.5]), ([4], [1.0]), ([6], [0.5])]
+    assert [decode[-1] for decode in stub.decodes] == [(5, 4, 1), (9, 5, 1), (4, 6, 1)]
+
+
+class Cautious(FakeBackend):
+    """A chain that hands back the block's own row, one the Python step can pick from (as where its top-k cut drops a
+    NaN the chain refused on): the drafter's steps must take the draft on from that pick."""
+
+    def decode_chain(self, seq, block, n, sampling):
+        if not chain.chains(self.candidates.get(seq), sampling, n):
+            return None
+        return DraftChain([], [], [], self.decode_rows([seq], [block], last=True)[0][0])
+
+
+def test_a_pick_from_a_row_the_chain_handed_back_drafts_on_as_the_steps_do(monkeypatch):
+    table = random_table(3, VOCAB)
+    sampling = SamplingParams(0.8, 20, 0.95)
+
+    def drafted(model):
+        model.set_candidates(0, RowSpec(20))
+        request = DraftRequest(0, [1, 2, 3], 4, sampling, np.random.default_rng(0))
+        draft = ModelDrafter(model, VOCAB).draft([request])[0]
+        return draft.tokens, [q.as_lists() for q in draft.q], list(model.tokens_of(0))
+
+    found = drafted(Cautious(markov_logits(table), VOCAB))
+    with monkeypatch.context() as patch:
+        patch.setattr(native, "library", lambda: None)
+        reference = drafted(FakeBackend(markov_logits(table), VOCAB))
+    assert found == reference and len(found[0]) == 4
