@@ -116,9 +116,9 @@ class ChainDecoding(BatchDecoding):
         status = call.status
         tokens = tokens_at[:drafted]
         decoded = drafted - 1 if status in (_DONE, _DECODE_FAILED) else drafted  # (the last pick is not decoded)
-        if status != _DECODE_FAILED or drafted:
+        if status != _DECODE_FAILED or drafted:  # (a failed first decode decoded nothing)
             cached.extend(block)
-            cached.extend(tokens[:max(0, decoded)])
+            cached.extend(tokens[:decoded])
         if status == _DECODE_FAILED:
             raise RuntimeError(f"llama_decode failed with status {call.decode_status}")
         rows, kept = [], []
@@ -135,7 +135,7 @@ class ChainDecoding(BatchDecoding):
 
 
 def _functions() -> tuple[int, int, int, int]:
-    """llama.cpp's four functions the chain calls (zeros where this binding lacks one: no chain then)."""
+    """llama.cpp's four functions the chain calls (zeros where this binding, or llama_cpp, is missing: no chain)."""
     try:
         return (_function("llama_decode"), _function("llama_synchronize"),
                 _function("llama_get_sampled_candidates_ith"), _function("llama_get_sampled_logits_ith"))
@@ -158,4 +158,4 @@ def _layout_agrees() -> bool:
             and ctypes.sizeof(batch) == lib.relaxtui_batch_size())
 
 
-_FUNCTIONS = _functions() if _llama is not None else (0, 0, 0, 0)
+_FUNCTIONS = _functions()

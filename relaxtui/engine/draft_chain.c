@@ -57,8 +57,8 @@ static void order_descending(const double *key, int32_t n, int32_t *order) {
 
 /* TopLogits.kept then the inverse-CDF draw (decoding/sampling.py), on a row's n candidates: writes the kept ids in
    ascending order and their probabilities, returns how many were kept; *token gets the pick. 0: the mass is not
-   finite and positive (the Python step raises there: the caller hands that row back to it). Candidates hold at most
-   256 entries (the caller checks). */
+   finite and positive (the Python step raises there: the caller hands that row back to it), or the row holds none or
+   more than 256 candidates. */
 int32_t relaxtui_kept_pick(const int32_t *ids, const float *logits, int32_t n, double temperature, int32_t top_k,
                            double top_p, double uniform, int32_t *kept_ids, double *kept_probs, int32_t *token) {
     int32_t order[256], chosen[256], keep[256];
